@@ -1,0 +1,29 @@
+"""lengthgen_lite: tasks, a small inspectable transformer, one training loop, metrics and theory
+for the book *lengthgen-lite* (length generalisation on set complement and retrieval tasks)."""
+
+from .evaluation import LengthTable, evaluate_set_complement
+from .model import ModelConfig, Transformer, hook_names, run_with_cache
+from .seeding import make_generator, seed_everything
+from .tasks import Batch, SetComplement, enumerate_sequences, sample_next_tokens, sample_sequences, seen_mask, target_distribution
+from .training import TrainConfig, TrainResult, train
+
+__all__ = [
+    "Batch",
+    "LengthTable",
+    "ModelConfig",
+    "SetComplement",
+    "TrainConfig",
+    "TrainResult",
+    "Transformer",
+    "enumerate_sequences",
+    "evaluate_set_complement",
+    "hook_names",
+    "make_generator",
+    "run_with_cache",
+    "sample_next_tokens",
+    "sample_sequences",
+    "seed_everything",
+    "seen_mask",
+    "target_distribution",
+    "train",
+]

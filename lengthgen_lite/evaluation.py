@@ -1,0 +1,61 @@
+"""Per-length evaluation on set complement. Chapter 1 introduces it.
+
+One pass over random permutations of length ``v - 1`` scores every prefix length ``s = 1..v-1``
+(the causal mask makes position ``s - 1`` see exactly the first ``s`` tokens).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from torch import nn
+
+from . import metrics
+from .model import run_with_cache
+from .seeding import make_generator
+from .tasks import sample_sequences, seen_mask, target_distribution
+
+
+@dataclass(frozen=True)
+class LengthTable:
+    """Metrics by prefix length ``s``: each field is a [len(s)] array of means over sequences."""
+
+    s: np.ndarray
+    tv: np.ndarray
+    invalid_mass: np.ndarray
+    kl: np.ndarray
+    logit_gap: np.ndarray
+    entropy_ratio: np.ndarray  # attention entropy / log s (1 = uniform over the seen tokens); layer 0, mean over heads
+    max_attention: np.ndarray  # layer 0, mean over heads
+    n_eff: np.ndarray  # 1/sum a^2, layer 0, mean over heads
+
+
+@torch.no_grad()
+def evaluate_set_complement(
+    model: nn.Module, v: int, n_sequences: int = 2000, seed: int = 0, logit_scale: float = 1.0
+) -> LengthTable:
+    """Score ``model`` at every prefix length on ``n_sequences`` random permutations.
+
+    ``logit_scale`` multiplies the logits first (a temperature control for chapter 6).
+    """
+    tokens = sample_sequences(v, v - 1, n_sequences, make_generator(seed))  # [batch, v-1]
+    logits, cache = run_with_cache(model, tokens, names=["blocks.0.attn.hook_pattern"])
+    logits = logits * logit_scale  # [batch, s, v]
+    targets, seen = target_distribution(tokens, v), seen_mask(tokens, v)
+    probs = logits.softmax(dim=-1)
+    pattern = cache["blocks.0.attn.hook_pattern"]  # [batch, head, query_pos, key_pos]
+    s = torch.arange(1, v)
+    per_position = {
+        "tv": metrics.total_variation(probs, targets),
+        "invalid_mass": metrics.invalid_mass(probs, seen),
+        "kl": metrics.kl_divergence(targets, logits),
+        "logit_gap": metrics.logit_gap(logits, seen),
+        "entropy_ratio": metrics.attention_entropy(pattern).mean(1) / s.log().clamp_min(1e-30),
+        "max_attention": metrics.max_attention(pattern).mean(1),
+        "n_eff": metrics.effective_tokens(pattern).mean(1),
+    }
+    means = {name: value.mean(dim=0).numpy() for name, value in per_position.items()}
+    means["entropy_ratio"][0] = 1.0  # s = 1: one key, the ratio 0/0 is uniform by definition
+    return LengthTable(s=s.numpy(), **means)

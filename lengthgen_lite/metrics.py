@@ -1,0 +1,63 @@
+"""Distribution-level metrics. Chapter 1 introduces them; chapter 2 adds the attention ones.
+
+Many next tokens are legal, so top-1 accuracy says little: these compare whole distributions.
+Every function keeps the leading dims and reduces only the last one (the output or key axis).
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+
+def _check_same_shape(a: Tensor, b: Tensor, names: str) -> None:
+    if a.shape != b.shape:
+        raise ValueError(f"{names} must have the same shape, got {tuple(a.shape)} and {tuple(b.shape)}")
+
+
+def total_variation(probs: Tensor, targets: Tensor) -> Tensor:
+    """TV(p, p*) = 1/2 sum_i |p_i - p*_i|, in [0, 1]: [..., v] -> [...]."""
+    _check_same_shape(probs, targets, "probs and targets")
+    return 0.5 * (probs - targets).abs().sum(dim=-1)
+
+
+def invalid_mass(probs: Tensor, seen: Tensor) -> Tensor:
+    """Probability put on tokens already seen (illegal next tokens): [..., v] -> [...]."""
+    _check_same_shape(probs, seen, "probs and seen")
+    return (probs * seen).sum(dim=-1)
+
+
+def kl_divergence(targets: Tensor, logits: Tensor) -> Tensor:
+    """KL(p* || softmax(logits)) in nats: [..., v] -> [...]. Terms with p*_i = 0 contribute 0."""
+    _check_same_shape(targets, logits, "targets and logits")
+    log_q = logits.log_softmax(dim=-1)
+    log_p = torch.where(targets > 0, targets.log(), torch.zeros_like(targets))
+    return (targets * (log_p - log_q)).sum(dim=-1)
+
+
+def logit_gap(logits: Tensor, seen: Tensor) -> Tensor:
+    """Smallest legal (unseen) logit minus largest illegal (seen) logit: [..., v] -> [...].
+
+    Positive means every legal token outranks every illegal one; softmax makes the
+    separation sharper the larger the gap.
+    """
+    _check_same_shape(logits, seen, "logits and seen")
+    inf = torch.tensor(float("inf"), dtype=logits.dtype)
+    smallest_legal = torch.where(seen, inf, logits).amin(dim=-1)
+    largest_illegal = torch.where(seen, logits, -inf).amax(dim=-1)
+    return smallest_legal - largest_illegal
+
+
+def attention_entropy(pattern: Tensor) -> Tensor:
+    """Entropy in nats of each attention row: [..., key_pos] -> [...]. Uniform over s keys gives log s."""
+    return -(pattern * pattern.clamp_min(1e-30).log()).sum(dim=-1)
+
+
+def max_attention(pattern: Tensor) -> Tensor:
+    """Largest attention weight of each row: [..., key_pos] -> [...]."""
+    return pattern.amax(dim=-1)
+
+
+def effective_tokens(pattern: Tensor) -> Tensor:
+    """N_eff = 1 / sum_i a_i^2, in [1, s]: how many keys a row effectively averages over."""
+    return 1.0 / pattern.square().sum(dim=-1)
