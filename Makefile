@@ -1,0 +1,84 @@
+# lengthgen-lite. Newcomers need two commands: `make book` and `make test` (see README.md).
+SHELL := bash
+.SHELLFLAGS := -euo pipefail -c
+.DEFAULT_GOAL := book
+.DELETE_ON_ERROR:
+.NOTPARALLEL:
+
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+ENV := $(VENV)/.installed
+NODE := node_modules/.installed
+# html_extra_path in _config.yml: served at <site root>/vendor/, never committed.
+VENDOR := _build/extra/vendor
+CHROMIUM := /usr/bin/chromium
+# Tested with this build; Debian replaces chromium on every security update, so an older build
+# may be gone from the mirror: then the current one is installed.
+CHROMIUM_VERSION := 156.0.8078.114-1~deb12u1
+# The browser test fails if the whole book holds fewer static slider figures than this.
+MIN_SLIDERS ?= 1
+NB ?= $(wildcard notebooks/*.ipynb)
+ROOT := $(filter 0,$(shell id -u))
+SUDO := $(if $(ROOT),,sudo)
+
+# One torch thread everywhere notebooks run (make execute, nbval): results are bit-identical
+# only at a fixed thread count. Seeds are set by each notebook's seed_everything call.
+export OMP_NUM_THREADS := 1
+export MKL_NUM_THREADS := 1
+
+.PHONY: book test unit nbval browser execute lab
+
+book: $(VENDOR)/.copied
+	rm -rf _build/html
+	$(BIN)/jupyter-book build . --all -W -n --keep-going
+	@echo "The book: $(CURDIR)/_build/html/index.html"
+
+test: unit nbval book browser
+
+unit: $(ENV)
+	$(BIN)/pytest tests
+
+nbval: $(ENV)
+	$(BIN)/pytest --nbval --nbval-current-env --nbval-sanitize-with tests/nbval_sanitize.cfg notebooks
+
+browser: book $(NODE) $(CHROMIUM)
+	node tests/browser/test_sliders.mjs _build/html $(MIN_SLIDERS)
+
+execute: $(ENV)
+	$(BIN)/jupyter nbconvert --to notebook --execute --inplace \
+	  --ExecutePreprocessor.timeout=7200 --ExecutePreprocessor.record_timing=False $(NB)
+
+lab: $(ENV)
+	$(BIN)/jupyter lab $(if $(ROOT),--allow-root)
+
+# A fresh venv whenever the pins change, so nothing stale survives.
+$(ENV): requirements.txt pyproject.toml
+	rm -rf $(VENV)
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet -r requirements.txt -e .
+	$(BIN)/pip check
+	touch $@
+
+$(NODE): package.json package-lock.json
+	npm ci --ignore-scripts --no-audit --no-fund
+	touch $@
+
+$(CHROMIUM):
+	$(SUDO) apt-get update
+	$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
+	  chromium=$(CHROMIUM_VERSION) fonts-liberation \
+	|| $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
+	  chromium fonts-liberation
+
+# The JavaScript the static book needs, served locally: require.js and the widget manager with
+# its fonts (npm), MathJax (npm), plotly.js (the copy inside the pinned plotly package, so the
+# versions match) and book/widgets-config.js.
+$(VENDOR)/.copied: $(ENV) $(NODE) book/widgets-config.js
+	rm -rf $(VENDOR)
+	mkdir -p $(VENDOR)/html-manager $(VENDOR)/mathjax
+	cp node_modules/requirejs/require.js book/widgets-config.js $(VENDOR)/
+	cp node_modules/@jupyter-widgets/html-manager/dist/{embed-amd.js,*.woff2,*.woff,*.ttf,*.eot,*.svg} $(VENDOR)/html-manager/
+	cp -r node_modules/mathjax/es5/{tex-mml-chtml.js,input,output,ui,a11y} $(VENDOR)/mathjax/
+	cp "$$($(BIN)/python -c 'import plotly, pathlib; print(pathlib.Path(plotly.__file__).parent / "package_data/plotly.min.js")')" $(VENDOR)/
+	touch $@

@@ -1,0 +1,143 @@
+// Headless check of the built book, run by `make test`:
+//   node tests/browser/test_sliders.mjs <built html dir> <minimum number of slider figures>
+// Serves the book on 127.0.0.1 and opens every page in Chromium. Fails if any page requests
+// another host or a missing local file, raises a script error (other than sphinx-thebe's known
+// harmless one), leaves a stored widget unrendered, or has a slider figure that does not change
+// when its slider is dragged; or if the book holds fewer slider figures than the minimum.
+// Saves a screenshot of every slider figure, after the drag, to _build/browser/.
+import { mkdir, mkdtemp, readdir, readFile, rm } from "node:fs/promises";
+import http from "node:http";
+import os from "node:os";
+import path from "node:path";
+import { chromium } from "playwright-core";
+
+if (process.argv.length !== 4 || !Number.isInteger(Number(process.argv[3]))) {
+  throw new Error("usage: node tests/browser/test_sliders.mjs <built html dir> <minimum slider figures>");
+}
+const [root, minimum] = [path.resolve(process.argv[2]), Number(process.argv[3])];
+const SHOTS = path.resolve(root, "..", "browser");
+const HARMLESS = "Identifier 'THEBE_JS_URL' has already been declared";
+const TYPES = {
+  ".html": "text/html", ".js": "text/javascript", ".css": "text/css", ".json": "application/json",
+  ".svg": "image/svg+xml", ".png": "image/png", ".woff": "font/woff", ".woff2": "font/woff2",
+  ".ttf": "font/ttf", ".txt": "text/plain",
+};
+const failures = [];
+const fail = (page, message) => failures.push(`${page}: ${message}`);
+
+async function htmlPages(dir) {
+  const pages = [];
+  for (const entry of await readdir(dir, { withFileTypes: true })) {
+    const full = path.join(dir, entry.name);
+    if (entry.isDirectory() && !entry.name.startsWith("_") && entry.name !== "vendor") {
+      pages.push(...(await htmlPages(full)));
+    } else if (entry.isFile() && entry.name.endsWith(".html")) {
+      pages.push(path.relative(root, full).split(path.sep).join("/"));
+    }
+  }
+  return pages.sort();
+}
+
+const server = http.createServer(async (request, response) => {
+  const file = path.join(root, decodeURIComponent(new URL(request.url, "http://x").pathname));
+  try {
+    const body = await readFile(file);
+    response.writeHead(200, { "content-type": TYPES[path.extname(file)] ?? "application/octet-stream" });
+    response.end(body);
+  } catch {
+    response.writeHead(404).end();
+  }
+});
+await new Promise((resolve) => server.listen(0, "127.0.0.1", resolve));
+const origin = `http://127.0.0.1:${server.address().port}`;
+
+const userDataDir = await mkdtemp(path.join(os.tmpdir(), "lengthgen-chromium-"));
+const context = await chromium.launchPersistentContext(userDataDir, {
+  executablePath: "/usr/bin/chromium",
+  headless: true,
+  viewport: { width: 1280, height: 900 },
+  args: [
+    "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--disable-background-networking",
+    "--disable-component-update", "--disable-sync", "--no-first-run",
+  ],
+});
+context.setDefaultTimeout(30_000);
+await mkdir(SHOTS, { recursive: true });
+
+// The data and the drawn plot (without the slider itself) of a plotly graph div.
+const snapshot = (gd) => {
+  const svg = gd.querySelector(".main-svg").cloneNode(true);
+  svg.querySelectorAll(".slider-container").forEach((node) => node.remove());
+  return { data: JSON.stringify(gd.data), svg: svg.innerHTML };
+};
+
+async function dragEverySlider(page, name, figure) {
+  await figure.locator(".main-svg").first().waitFor();
+  const before = await figure.evaluate(snapshot);
+  const rails = figure.locator(".slider-rail-rect");
+  for (let i = 0; i < (await rails.count()); i++) {
+    await rails.nth(i).scrollIntoViewIfNeeded();
+    const grip = await figure.locator(".slider-grip-rect").nth(i).boundingBox();
+    const rail = await rails.nth(i).boundingBox();
+    await page.mouse.move(grip.x + grip.width / 2, grip.y + grip.height / 2);
+    await page.mouse.down();
+    await page.mouse.move(rail.x + rail.width - 2, grip.y + grip.height / 2, { steps: 12 });
+    await page.mouse.up();
+  }
+  await page.waitForTimeout(500);
+  const after = await figure.evaluate(snapshot);
+  if (after.data === before.data) fail(name, "slider drag did not change the figure's data");
+  if (after.svg === before.svg) fail(name, "slider drag did not change the drawn figure");
+  await figure.screenshot({ path: path.join(SHOTS, `${name}.png`) });
+}
+
+let sliderCount = 0;
+let widgetCount = 0;
+let external = 0;
+for (const url of await htmlPages(root)) {
+  const page = await context.newPage();
+  page.on("pageerror", (error) => error.message.includes(HARMLESS) || fail(url, `script error: ${error.message}`));
+  page.on("response", (r) => r.status() >= 400 && fail(url, `HTTP ${r.status()} for ${r.url()}`));
+  await page.route("**/*", (route) => {
+    if (route.request().url().startsWith(origin)) return route.continue();
+    external += 1;
+    fail(url, `requested another host: ${route.request().url()}`);
+    return route.abort();
+  });
+  await page.goto(`${origin}/${url}`, { waitUntil: "load" });
+
+  const views = await page.locator('script[type="application/vnd.jupyter.widget-view+json"]').count();
+  if (views > 0) {
+    try {
+      await page.waitForFunction((n) => document.querySelectorAll(".widget-subarea > *").length >= n, views);
+    } catch {
+      fail(url, `${views} stored widget views, not all rendered`);
+    }
+  }
+  const figures = page.locator("[data-lengthgen-slider]");
+  const names = await figures.evaluateAll((nodes) => nodes.map((node) => node.dataset.lengthgenSlider));
+  if (new Set(names).size !== names.length) fail(url, `slider figure names repeat: ${names}`);
+  for (let i = 0; i < names.length; i++) {
+    try {
+      await dragEverySlider(page, names[i], figures.nth(i));
+    } catch (error) {
+      fail(names[i], `slider figure did not render or could not be dragged: ${error.message}`);
+    }
+  }
+  console.log(`${url}: ${names.length} slider figure(s), ${views} widget view(s)`);
+  sliderCount += names.length;
+  widgetCount += views;
+  await page.close();
+}
+await context.close();
+server.close();
+await rm(userDataDir, { recursive: true, force: true });
+
+if (sliderCount < minimum) failures.push(`${sliderCount} slider figure(s) in the book, expected at least ${minimum}`);
+console.log(`${sliderCount} slider figure(s), ${widgetCount} widget view(s), ${external} external request(s) aborted`);
+if (failures.length) {
+  console.log(`browser test FAILED:\n  ${failures.join("\n  ")}`);
+  process.exitCode = 1;
+} else {
+  console.log(`browser test passed; screenshots in ${SHOTS}`);
+}

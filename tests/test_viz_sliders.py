@@ -1,0 +1,119 @@
+import json
+import math
+
+import ipywidgets as widgets
+import matplotlib as mpl
+import numpy as np
+import plotly.graph_objects as go
+import plotly.io as pio
+import pytest
+from plotly.subplots import make_subplots
+
+from lengthgen_lite.viz import PALETTE, SliderFigure, live_slider, static_slider_figure, use_book_style
+from lengthgen_lite.viz.sliders import PLOTLY_MIME, PLOTLYJS_PATH
+
+
+def three_panels(s):
+    """Three subplots that all depend on the prefix length s."""
+    fig = make_subplots(rows=1, cols=3)
+    fig.add_trace(go.Bar(x=np.arange(s), y=np.full(s, 1 / s)), row=1, col=1)
+    fig.add_trace(go.Scatter(y=np.arange(4) * s / 3), row=1, col=2)
+    fig.add_trace(go.Heatmap(z=np.eye(s) / 7), row=1, col=3)
+    return fig
+
+
+def line(s, example=0):
+    return go.Figure(go.Scatter(y=[s, example, math.nan]))
+
+
+def steps(figure: SliderFigure) -> list[dict]:
+    return figure.figure["layout"]["sliders"][0]["steps"]
+
+
+def test_one_slider_restyles_every_panel():
+    fig = static_slider_figure(three_panels, {"s": [1, 2, 3]}, name="ch2-test")
+    assert fig.labels == ["1", "2", "3"]
+    update, traces = steps(fig)[2]["args"]
+    assert traces == [0, 1, 2]
+    assert update["y"][0] == [0.3333] * 3  # rounded to 4 significant digits
+    assert update["y"][1] == [0.0, 1.0, 2.0, 3.0]
+    assert np.array(update["z"][2]) == pytest.approx(np.eye(3) / 7, abs=1e-4)
+    assert update["z"][:2] == [None, None]  # unset for traces without z
+    assert [t["xaxis"] for t in fig.figure["data"]] == ["x", "x2", "x3"]
+    assert fig.figure["data"][0]["y"] == [1.0]  # the figure opens at the first value
+
+
+def test_several_grid_axes_flatten_into_one_labelled_slider():
+    fig = static_slider_figure(line, {"s": [1, 2], "example": [0, 1, 2]}, name="ch2-two")
+    assert fig.labels == ["s=1, example=0", "s=1, example=1", "s=1, example=2", "s=2, example=0", "s=2, example=1", "s=2, example=2"]
+    assert steps(fig)[4]["args"][0]["y"] == [[2, 1, None]]  # NaN is stored as null
+    assert fig.figure["layout"]["sliders"][0]["currentvalue"]["prefix"] == ""
+
+
+def test_mimebundle_is_deterministic_and_loads_local_plotlyjs():
+    bundle = static_slider_figure(three_panels, {"s": [1, 2]}, name="ch2-test")._repr_mimebundle_()
+    again = static_slider_figure(three_panels, {"s": [1, 2]}, name="ch2-test")._repr_mimebundle_()
+    assert bundle == again
+    html = bundle["text/html"]
+    assert 'id="lengthgen-slider-ch2-test"' in html and 'data-lengthgen-slider="ch2-test"' in html
+    assert f'"{PLOTLYJS_PATH}"' in html and "content_root" in html
+    assert "http" not in html  # nothing from the network
+    assert json.loads(json.dumps(bundle[PLOTLY_MIME])) == bundle[PLOTLY_MIME]  # plain JSON
+    assert bundle["text/plain"] == "SliderFigure(name='ch2-test', steps=2)"
+
+
+def test_html_escapes_closing_script_tags():
+    def titled(s):
+        return go.Figure(go.Scatter(y=[s], name="</script><b>"))
+
+    html = static_slider_figure(titled, {"s": [1]}, name="ch1-x")._repr_mimebundle_()["text/html"]
+    assert html.count("</script>") == 1
+
+
+@pytest.mark.parametrize("name", ["", "Ch2", "ch2 dispersion", "-ch2", "ch2_x"])
+def test_bad_names_raise(name):
+    with pytest.raises(ValueError, match="name must match"):
+        static_slider_figure(line, {"s": [1]}, name=name)
+
+
+@pytest.mark.parametrize(
+    ("sliders", "match"),
+    [
+        ({}, "at least one grid axis"),
+        ({"s": []}, "distinct values"),
+        ({"s": [1, 1]}, "distinct values"),
+        ({"prefix length": [1]}, "Python identifiers"),
+    ],
+)
+def test_bad_sliders_raise(sliders, match):
+    with pytest.raises(ValueError, match=match):
+        static_slider_figure(line, sliders, name="ch2-x")
+
+
+def test_draw_must_keep_its_traces():
+    def changing(s):
+        return go.Figure([go.Scatter(y=[1])] * s)
+
+    with pytest.raises(ValueError, match="same traces"):
+        static_slider_figure(changing, {"s": [1, 2]}, name="ch2-x")
+
+
+def test_live_slider_swaps_precomputed_figures():
+    widget, callback = live_slider(line, {"s": [1, 2, 3], "example": [0, 5]})
+    s_slider, example_slider, out = widget.children
+    assert isinstance(s_slider, widgets.SelectionSlider) and s_slider.description == "s"
+    assert out.outputs[0]["data"][PLOTLY_MIME]["data"][0]["y"] == [1, 0, None]
+    s_slider.value, example_slider.value = 3, 5
+    assert out.outputs[0]["data"][PLOTLY_MIME]["data"][0]["y"] == [3, 5, None]
+    assert out.outputs[0]["data"]["text/plain"] == "figure at s=3, example=5"
+    callback(s=2, example=0)
+    assert out.outputs[0]["data"][PLOTLY_MIME]["data"][0]["y"] == [2, 0, None]
+
+
+def test_book_style_sets_palette_for_matplotlib_and_plotly(monkeypatch):
+    monkeypatch.setattr(pio.templates, "default", pio.templates.default)  # restored afterwards
+    with mpl.rc_context():
+        use_book_style()
+        assert mpl.colors.to_hex(mpl.rcParams["axes.prop_cycle"].by_key()["color"][0]) == PALETTE[0]
+    assert pio.templates.default == "plotly_white+lengthgen"
+    assert go.Figure().layout.template.layout.colorway == tuple(PALETTE)
