@@ -6,7 +6,8 @@ One pass over random permutations of length ``v - 1`` scores every prefix length
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
+from typing import Any, Sequence
 
 import numpy as np
 import torch
@@ -30,6 +31,7 @@ class LengthTable:
     entropy_ratio: np.ndarray  # attention entropy / log s (1 = uniform over the seen tokens); layer 0, mean over heads
     max_attention: np.ndarray  # layer 0, mean over heads
     n_eff: np.ndarray  # 1/sum a^2, layer 0, mean over heads
+    top1_legal: np.ndarray  # fraction of sequences whose argmax token is legal (top-1 accuracy)
 
 
 @torch.no_grad()
@@ -55,7 +57,54 @@ def evaluate_set_complement(
         "entropy_ratio": metrics.attention_entropy(pattern).mean(1) / s.log().clamp_min(1e-30),
         "max_attention": metrics.max_attention(pattern).mean(1),
         "n_eff": metrics.effective_tokens(pattern).mean(1),
+        "top1_legal": metrics.top1_legal(logits, seen),
     }
     means = {name: value.mean(dim=0).numpy() for name, value in per_position.items()}
     means["entropy_ratio"][0] = 1.0  # s = 1: one key, the ratio 0/0 is uniform by definition
     return LengthTable(s=s.numpy(), **means)
+
+
+METRICS = tuple(f.name for f in fields(LengthTable) if f.name != "s")  # every per-length metric
+
+
+def evaluate_seeds(models: Sequence[nn.Module], v: int, **kwargs: Any) -> list[LengthTable]:
+    """One :class:`LengthTable` per model (e.g. ``TrainResult.models``), all on the same sequences.
+
+    ``kwargs`` go to :func:`evaluate_set_complement`; sharing its ``seed`` means the seeds differ
+    only in their weights, not in the test sequences.
+    """
+    if not models:
+        raise ValueError("models must hold at least one model (e.g. TrainResult.models)")
+    return [evaluate_set_complement(model, v, **kwargs) for model in models]
+
+
+def stack_metric(tables: Sequence[LengthTable], metric: str) -> np.ndarray:
+    """One metric of several tables (one per seed) as a [K, len(s)] array, for plots and asserts."""
+    if not tables:
+        raise ValueError("tables must hold at least one LengthTable")
+    if metric not in METRICS:
+        raise ValueError(f"metric {metric!r} is unknown; allowed: {METRICS}")
+    if any(not np.array_equal(t.s, tables[0].s) for t in tables):
+        raise ValueError("tables must share the same prefix lengths s")
+    return np.stack([getattr(t, metric) for t in tables])
+
+
+@dataclass(frozen=True)
+class SeedSpread:
+    """Mean, minimum and maximum over seeds of every metric, by prefix length. Chapter 1."""
+
+    mean: LengthTable
+    low: LengthTable
+    high: LengthTable
+    n_seeds: int
+
+
+def aggregate_seeds(tables: Sequence[LengthTable]) -> SeedSpread:
+    """Summarise one table per seed as mean/min/max per length: the spread the book plots."""
+    stacked = {metric: stack_metric(tables, metric) for metric in METRICS}
+    s = tables[0].s
+    summary = {
+        name: LengthTable(s=s, **{metric: reduce(values, axis=0) for metric, values in stacked.items()})
+        for name, reduce in (("mean", np.mean), ("low", np.min), ("high", np.max))
+    }
+    return SeedSpread(**summary, n_seeds=len(tables))

@@ -61,3 +61,13 @@ def max_attention(pattern: Tensor) -> Tensor:
 def effective_tokens(pattern: Tensor) -> Tensor:
     """N_eff = 1 / sum_i a_i^2, in [1, s]: how many keys a row effectively averages over."""
     return 1.0 / pattern.square().sum(dim=-1)
+
+
+def top1_legal(logits: Tensor, seen: Tensor) -> Tensor:
+    """1.0 where the argmax token is legal (unseen), else 0.0: [..., v] -> [...] float.
+
+    Top-1 accuracy for a task with many right answers. Chapter 1 shows it stays at 1 while the
+    distribution drifts far from p*, which is why the book reports TV, invalid mass and KL instead.
+    """
+    _check_same_shape(logits, seen, "logits and seen")
+    return (~seen.gather(-1, logits.argmax(dim=-1, keepdim=True)).squeeze(-1)).float()

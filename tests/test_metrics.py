@@ -40,3 +40,12 @@ def test_attention_statistics_on_uniform_and_one_hot_rows():
 def test_shape_mismatch_raises():
     with pytest.raises(ValueError, match="same shape"):
         metrics.total_variation(torch.zeros(3), torch.zeros(4))
+
+
+def test_top1_legal_counts_only_the_argmax():
+    logits = torch.tensor([[3.0, 0.0, 1.0, 2.0], [0.0, 5.0, 1.0, 2.0]])
+    seen = torch.tensor([[False, True, True, False], [False, True, True, False]])
+    # row 0: argmax token 0 is unseen (legal); row 1: argmax token 1 is seen (illegal)
+    torch.testing.assert_close(metrics.top1_legal(logits, seen), torch.tensor([1.0, 0.0]))
+    with pytest.raises(ValueError, match="same shape"):
+        metrics.top1_legal(logits, seen[:, :3])
