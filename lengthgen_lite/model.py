@@ -23,6 +23,9 @@ name                                       shape                                
 ``blocks.i.hook_resid_post``               [batch, pos, d_model]                 always
 ``ln_final.hook_normalized``               [batch, pos, d_model]                 norm="pre_final"
 =========================================  ====================================  ==================
+
+With ``queries="last"`` (chapter 4) only the last position queries attention and goes on: from
+``hook_attn_scores`` on, ``query_pos`` and ``pos`` have size 1 and the logits are [batch, 1, n_outputs].
 """
 
 from __future__ import annotations
@@ -39,6 +42,7 @@ from torch.nn import functional as F
 NormPlacement = Literal["none", "pre", "pre_final", "post", "attn_out"]
 NormKind = Literal["layernorm", "standardize"]
 Positional = Literal["none", "learned"]
+Queries = Literal["all", "last"]
 
 
 @dataclass(frozen=True)
@@ -57,6 +61,7 @@ class ModelConfig:
     attn_dropout: float = 0.0  # on the attention pattern
     resid_dropout: float = 0.0  # on each sub-layer's output before it joins the residual
     causal: bool = True
+    queries: Queries = "all"  # "last": only the last position queries attention (a pooling read-out; ch. 4)
 
     def __post_init__(self) -> None:
         for name in ("vocab_size", "n_layers", "d_model", "n_heads", "max_len"):
@@ -70,7 +75,7 @@ class ModelConfig:
             )
         if self.d_head is not None:
             _check_int("d_head", self.d_head, minimum=1)
-        for name, literal in (("norm", NormPlacement), ("norm_kind", NormKind), ("positional", Positional)):
+        for name, literal in (("norm", NormPlacement), ("norm_kind", NormKind), ("positional", Positional), ("queries", Queries)):
             if getattr(self, name) not in get_args(literal):
                 raise ValueError(f"{name}={getattr(self, name)!r} is unknown; allowed: {get_args(literal)}")
         for name in ("attn_dropout", "resid_dropout"):
@@ -114,6 +119,7 @@ class Attention(nn.Module):
     def __init__(self, cfg: ModelConfig):
         super().__init__()
         self.n_heads, self.d_head, self.causal = cfg.n_heads, cfg.head_dim, cfg.causal
+        self.last_query = cfg.queries == "last"
         inner = cfg.n_heads * cfg.head_dim
         self.W_Q = nn.Linear(cfg.d_model, inner, bias=False)
         self.W_K = nn.Linear(cfg.d_model, inner, bias=False)
@@ -127,13 +133,15 @@ class Attention(nn.Module):
     def forward(self, x: Tensor) -> Tensor:
         B, T, _ = x.shape
         q, k, v = (W(x).view(B, T, self.n_heads, self.d_head).transpose(1, 2) for W in (self.W_Q, self.W_K, self.W_V))
-        scores = q @ k.transpose(-1, -2) / math.sqrt(self.d_head)  # [batch, head, T, T]
+        if self.last_query:  # one query row: O(T) rather than O(T^2), so N = 1024 stays cheap (ch. 4)
+            q = q[:, :, -1:]
+        scores = q @ k.transpose(-1, -2) / math.sqrt(self.d_head)  # [batch, head, T or 1, T]
         if self.causal:
-            future = torch.ones(T, T, dtype=torch.bool, device=x.device).triu(1)
+            future = torch.ones(T, T, dtype=torch.bool, device=x.device).triu(1)[-q.shape[2] :]
             scores = scores.masked_fill(future, float("-inf"))
         pattern = self.hook_pattern(self.hook_attn_scores(scores).softmax(dim=-1))
-        z = self.hook_z((self.dropout(pattern) @ v).transpose(1, 2))  # [batch, T, head, d_head]
-        return self.W_O(z.reshape(B, T, self.n_heads * self.d_head))  # [batch, T, d_model]
+        z = self.hook_z((self.dropout(pattern) @ v).transpose(1, 2))  # [batch, T or 1, head, d_head]
+        return self.W_O(z.reshape(B, z.shape[1], self.n_heads * self.d_head))  # [batch, T or 1, d_model]
 
 
 class MLP(nn.Module):
@@ -178,7 +186,7 @@ class Block(nn.Module):
         h = self.hook_attn_out(self.attn(self.ln1(x) if pre else x))
         if self.norm == "attn_out":
             h = self.ln_attn_out(h)
-        x = x + self.dropout(h)
+        x = x[:, -h.shape[1] :] + self.dropout(h)  # queries="last": only the last position goes on
         x = self.hook_resid_mid(self.ln1(x) if post else x)
         if self.mlp is not None:
             x = x + self.dropout(self.hook_mlp_out(self.mlp(self.ln2(x) if pre else x)))

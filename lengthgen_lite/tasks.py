@@ -40,6 +40,9 @@ class Task(Protocol):
         """A batch of ``batch`` training examples of input size ``size``."""
         ...
 
+    # Optional: ``sample_train_batches(batch, size, generators) -> Batch`` with a leading [K] axis,
+    # equal to stacking ``sample_train_batch`` per generator. ``train`` uses it when present (faster).
+
 
 def _check_positive_int(name: str, value: int) -> None:
     if not isinstance(value, int) or isinstance(value, bool) or value < 1:
@@ -119,3 +122,176 @@ class SetComplement:
         tokens = sample_sequences(self.v, size, batch, generator)
         targets = target_distribution(tokens, self.v)
         return Batch(tokens, targets, torch.ones(tokens.shape, dtype=torch.bool))
+
+    def sample_train_batches(self, batch: int, size: int, generators: Sequence[torch.Generator]) -> Batch:
+        """One batch per generator, stacked on a leading seed axis: [K, batch, pos] and [K, batch, pos, v].
+
+        Row ``k`` equals ``sample_train_batch(batch, size, generators[k])``: only the random draws are
+        made per seed; the sorting and the targets run once for all ``K`` seeds (chapter 5: the
+        per-seed small ops were a large share of a batched training step).
+        """
+        _check_vocab_and_length(self.v, size)
+        _check_positive_int("batch", batch)
+        if not generators:
+            raise ValueError("generators must hold at least one torch.Generator (one per seed)")
+        noise = torch.stack([torch.rand(batch, self.v, generator=g) for g in generators])  # [K, batch, v]
+        tokens = noise.argsort(dim=-1)[..., :size]  # [K, batch, pos], as in sample_sequences
+        targets = target_distribution(tokens.reshape(-1, size), self.v)  # [K * batch, pos, v]
+        return Batch(tokens, targets.view(*tokens.shape, self.v), torch.ones(tokens.shape, dtype=torch.bool))
+
+
+# --- Chapter 4: set retrieval (argmax retrieval, dictionary lookup) --------------------------------
+# Both formats are the book's reconstruction (the paper gives no formats). An example is a set of
+# N items plus one query slot, packed into one float tensor [batch, N + 1, 3] so that Batch.inputs
+# stays a single tensor (stackable for vmap). Rows 0..N-1 are the items, in random order; the last
+# row is the query. Columns: RETRIEVAL_COLUMNS. Token ids index one shared embedding table of size
+# ``vocab_size``; -1 means "no token". The answer is one of ``n_outputs`` classes, read out at the
+# query: targets [batch, 1, n_outputs] (one-hot), loss_mask [batch, 1].
+
+RETRIEVAL_COLUMNS = ("priority", "first token", "second token")
+NO_TOKEN = -1
+
+
+def _check_train_sizes(min_train_size: int, max_train_size: int, largest: int | None = None) -> None:
+    _check_positive_int("min_train_size", min_train_size)
+    _check_positive_int("max_train_size", max_train_size)
+    if min_train_size > max_train_size:
+        raise ValueError(f"min_train_size={min_train_size} exceeds max_train_size={max_train_size}")
+    if largest is not None and max_train_size > largest:
+        raise ValueError(f"max_train_size={max_train_size} exceeds the {largest} distinct keys available")
+
+
+def _check_classes(name: str, value: int) -> None:
+    if not isinstance(value, int) or isinstance(value, bool) or value < 2:
+        raise ValueError(f"{name} must be an int >= 2 (chance accuracy 1/{name}), got {value!r}")
+
+
+def _pack(priority: Tensor, first: Tensor, second: Tensor) -> Tensor:
+    """Stack the three columns into [..., slots, 3] float (ids up to 2**24 are exact in float32)."""
+    return torch.stack([priority, first.float(), second.float()], dim=-1)
+
+
+def _one_seed(batch: Batch) -> Batch:
+    """Drop the leading seed axis of a one-generator ``sample_train_batches`` result."""
+    return Batch(batch.inputs[0], batch.targets[0], batch.loss_mask[0])
+
+
+def _retrieval_batch(items: Tensor, query: Tensor, answer: Tensor, n_outputs: int) -> Batch:
+    """items [..., N, 3], query [..., 1, 3], answer [...] long -> a Batch read out at the query."""
+    targets = torch.nn.functional.one_hot(answer.unsqueeze(-1), n_outputs).float()  # [..., 1, n_outputs]
+    return Batch(torch.cat([items, query], dim=-2), targets, torch.ones(answer.shape + (1,), dtype=torch.bool))
+
+
+@dataclass(frozen=True)
+class ArgmaxRetrieval:
+    """N items, each a continuous priority p ~ U(0, 1) and a label in 0..n_classes-1; the answer is
+    the label of the highest-priority item (ties have probability 0). Chapter 4.
+
+    Item row: (p, label, -1); query row: (0, query token, -1), the query token being ``n_classes``.
+    Continuous priorities because distinct priority tokens make the argmax trivially easy.
+    """
+
+    n_classes: int = 10
+    min_train_size: int = 2
+    max_train_size: int = 16
+
+    def __post_init__(self) -> None:
+        _check_classes("n_classes", self.n_classes)
+        _check_train_sizes(self.min_train_size, self.max_train_size)
+
+    @property
+    def n_outputs(self) -> int:
+        return self.n_classes
+
+    @property
+    def vocab_size(self) -> int:
+        return self.n_classes + 1  # labels, then the query token
+
+    def train_sizes(self) -> Sequence[int]:
+        return tuple(range(self.min_train_size, self.max_train_size + 1))
+
+    def sample_train_batch(self, batch: int, size: int, generator: torch.Generator) -> Batch:
+        """``batch`` sets of ``size`` items (any size >= 1: the test sizes use this too)."""
+        return _one_seed(self.sample_train_batches(batch, size, [generator]))
+
+    def sample_train_batches(self, batch: int, size: int, generators: Sequence[torch.Generator]) -> Batch:
+        """One batch per generator on a leading [K] axis; row k equals sample_train_batch(..., generators[k])."""
+        _check_positive_int("batch", batch)
+        _check_positive_int("size", size)
+        if not generators:
+            raise ValueError("generators must hold at least one torch.Generator (one per seed)")
+        priority = torch.stack([torch.rand(batch, size, generator=g) for g in generators])  # [K, batch, N]
+        labels = torch.stack([torch.randint(self.n_classes, (batch, size), generator=g) for g in generators])
+        items = _pack(priority, labels, torch.full_like(labels, NO_TOKEN))  # [K, batch, N, 3]
+        slot = priority.shape[:2] + (1,)
+        query = _pack(torch.zeros(slot), torch.full(slot, self.n_classes), torch.full(slot, NO_TOKEN))  # [K, batch, 1, 3]
+        answer = labels.gather(-1, priority.argmax(-1, keepdim=True)).squeeze(-1)  # [K, batch]
+        return _retrieval_batch(items, query, answer, self.n_classes)
+
+    def target_item(self, inputs: Tensor) -> Tensor:
+        """Index of the correct item (highest priority) in each packed input: [..., N + 1, 3] -> [...] long."""
+        _check_packed(inputs)
+        return inputs[..., :-1, 0].argmax(dim=-1)
+
+
+@dataclass(frozen=True)
+class DictionaryLookup:
+    """N key-value items with N distinct keys out of ``n_keys`` and values in 0..n_values-1 (drawn
+    independently); the query names one of the N keys and the answer is its value. Chapter 4.
+
+    One token per pair, so that keys and values are bound without positions: item row
+    (0, key, n_keys + value); query row (0, query token, key*), the query token being n_keys + n_values.
+    """
+
+    n_keys: int = 1024
+    n_values: int = 10
+    min_train_size: int = 2
+    max_train_size: int = 16
+
+    def __post_init__(self) -> None:
+        _check_positive_int("n_keys", self.n_keys)
+        _check_classes("n_values", self.n_values)
+        _check_train_sizes(self.min_train_size, self.max_train_size, largest=self.n_keys)
+
+    @property
+    def n_outputs(self) -> int:
+        return self.n_values
+
+    @property
+    def vocab_size(self) -> int:
+        return self.n_keys + self.n_values + 1  # keys, values, then the query token
+
+    def train_sizes(self) -> Sequence[int]:
+        return tuple(range(self.min_train_size, self.max_train_size + 1))
+
+    def sample_train_batch(self, batch: int, size: int, generator: torch.Generator) -> Batch:
+        """``batch`` dictionaries of ``size`` distinct keys (1 <= size <= n_keys)."""
+        return _one_seed(self.sample_train_batches(batch, size, [generator]))
+
+    def sample_train_batches(self, batch: int, size: int, generators: Sequence[torch.Generator]) -> Batch:
+        """One batch per generator on a leading [K] axis; row k equals sample_train_batch(..., generators[k])."""
+        _check_positive_int("batch", batch)
+        if not isinstance(size, int) or isinstance(size, bool) or not 1 <= size <= self.n_keys:
+            raise ValueError(f"size N must be an int in 1..n_keys={self.n_keys} (distinct keys), got {size!r}")
+        if not generators:
+            raise ValueError("generators must hold at least one torch.Generator (one per seed)")
+        noise = torch.stack([torch.rand(batch, self.n_keys, generator=g) for g in generators])  # [K, batch, n_keys]
+        values = torch.stack([torch.randint(self.n_values, (batch, size), generator=g) for g in generators])
+        which = torch.stack([torch.randint(size, (batch, 1), generator=g) for g in generators])  # [K, batch, 1]
+        keys = noise.topk(size, dim=-1).indices  # [K, batch, N]: a uniformly random subset, random order
+        items = _pack(torch.zeros(keys.shape), keys, self.n_keys + values)  # [K, batch, N, 3]
+        query = _pack(torch.zeros(which.shape), torch.full(which.shape, self.n_keys + self.n_values), keys.gather(-1, which))
+        return _retrieval_batch(items, query, values.gather(-1, which).squeeze(-1), self.n_values)
+
+    def target_item(self, inputs: Tensor) -> Tensor:
+        """Index of the item whose key is the queried key: [..., N + 1, 3] -> [...] long."""
+        _check_packed(inputs)
+        return (inputs[..., :-1, 1] == inputs[..., -1:, 2]).float().argmax(dim=-1)
+
+
+def _check_packed(inputs: Tensor) -> None:
+    if inputs.dim() < 2 or inputs.shape[-1] != len(RETRIEVAL_COLUMNS) or inputs.shape[-2] < 2 or not inputs.is_floating_point():
+        raise ValueError(
+            f"packed retrieval inputs must be float [..., N + 1, {len(RETRIEVAL_COLUMNS)}] with N >= 1, "
+            f"got {tuple(inputs.shape)} {inputs.dtype}"
+        )

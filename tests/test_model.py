@@ -112,3 +112,23 @@ def test_forward_embeddings_checks_width_and_max_len():
 def test_bad_configs_raise(kwargs, message):
     with pytest.raises(ValueError, match=message):
         ModelConfig(**{"vocab_size": 8, **kwargs})
+
+
+def test_last_query_attention_equals_the_last_row_of_full_attention():
+    # queries="last" (chapter 4): only the last position attends and goes on; same numbers there.
+    torch.manual_seed(0)
+    for causal in (True, False):
+        cfg = ModelConfig(vocab_size=8, d_model=16, n_heads=2, d_mlp=32, norm="attn_out", causal=causal)
+        full = Transformer(cfg).eval()
+        last = Transformer(ModelConfig(**{**cfg.__dict__, "queries": "last"})).eval()
+        last.load_state_dict(full.state_dict())
+        x = tokens()
+        torch.testing.assert_close(last(x), full(x)[:, -1:])
+        _, cache = run_with_cache(last, x, names=["blocks.0.attn.hook_pattern", "blocks.0.hook_resid_post"])
+        assert cache["blocks.0.attn.hook_pattern"].shape == (3, 2, 1, 5)
+        assert cache["blocks.0.hook_resid_post"].shape == (3, 1, 16)
+
+
+def test_unknown_queries_value_raises():
+    with pytest.raises(ValueError, match="queries='first' is unknown"):
+        ModelConfig(vocab_size=8, queries="first")
