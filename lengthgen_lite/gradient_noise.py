@@ -1,0 +1,114 @@
+"""How noisy is a minibatch gradient? Chapter 6 measures it for soft and sampled targets.
+
+The training loss is linear in the targets, and a sampled one-hot target has mean p*, so for the
+same inputs the *expected* sampled-target gradient is exactly the soft-target gradient. What differs
+is the spread around that mean: the sampled gradient adds the noise of which legal token was drawn.
+These functions compute per-minibatch gradients of one model (the same loss as
+:func:`lengthgen_lite.training.train`) and summarise their spread.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor, nn
+
+from .seeding import make_generator
+from .tasks import Batch, Task, sample_next_tokens
+from .training import TargetKind
+
+
+def training_loss(logits: Tensor, targets: Tensor, mask: Tensor) -> Tensor:
+    """Cross-entropy against target distributions, averaged over the masked positions (train's loss).
+
+    logits, targets: [batch, pos, n_outputs]; mask: [batch, pos] -> scalar.
+    """
+    if logits.shape != targets.shape or mask.shape != logits.shape[:-1]:
+        raise ValueError(
+            f"logits {tuple(logits.shape)} and targets {tuple(targets.shape)} must match, "
+            f"and mask {tuple(mask.shape)} must be their leading [batch, pos]"
+        )
+    per_position = -(targets * logits.log_softmax(dim=-1)).sum(dim=-1)  # [batch, pos]
+    mask = mask.float()
+    return (per_position * mask).sum() / mask.sum()
+
+
+def flat_gradient(model: nn.Module, inputs: Tensor, targets: Tensor, mask: Tensor) -> Tensor:
+    """Gradient of :func:`training_loss` w.r.t. all parameters of ``model``, flattened: [n_params].
+
+    Runs in eval mode (no dropout), so the only randomness is the batch and its targets.
+    """
+    was_training = model.training
+    model.eval()
+    try:
+        params = [p for p in model.parameters() if p.requires_grad]
+        loss = training_loss(model(inputs), targets, mask)
+        grads = torch.autograd.grad(loss, params)
+    finally:
+        model.train(was_training)
+    return torch.cat([g.reshape(-1) for g in grads])
+
+
+def _targets(batch: Batch, kind: TargetKind, generator: torch.Generator) -> Tensor:
+    if kind == "soft":
+        return batch.targets
+    if kind == "sampled":
+        n_out = batch.targets.shape[-1]
+        return nn.functional.one_hot(sample_next_tokens(batch.targets, generator), n_out).float()
+    raise ValueError(f"targets={kind!r} is unknown; allowed: ('soft', 'sampled')")
+
+
+def minibatch_gradients(
+    model: nn.Module, task: Task, batch: int, n_batches: int, targets: TargetKind, seed: int = 0
+) -> Tensor:
+    """Gradients on ``n_batches`` fresh training batches of ``batch`` examples: [n_batches, n_params].
+
+    Each batch is drawn as ``train`` draws it (input size from ``task.train_sizes()``, cycling).
+    """
+    if not isinstance(n_batches, int) or n_batches < 2:
+        raise ValueError(f"n_batches must be an int >= 2 (a spread needs two samples), got {n_batches!r}")
+    generator = make_generator(seed)
+    sizes = list(task.train_sizes())
+    rows = []
+    for i in range(n_batches):
+        b = task.sample_train_batch(batch, sizes[i % len(sizes)], generator)
+        rows.append(flat_gradient(model, b.inputs, _targets(b, targets, generator), b.loss_mask))
+    return torch.stack(rows)
+
+
+def resampled_target_gradients(model: nn.Module, batch: Batch, n_draws: int, seed: int = 0) -> Tensor:
+    """Gradients for ``n_draws`` independent draws of sampled targets on the *same* inputs: [n_draws, n_params].
+
+    Their mean tends to the soft-target gradient on those inputs (the loss is linear in the targets).
+    """
+    if not isinstance(n_draws, int) or n_draws < 1:
+        raise ValueError(f"n_draws must be a positive int, got {n_draws!r}")
+    generator = make_generator(seed)
+    return torch.stack(
+        [flat_gradient(model, batch.inputs, _targets(batch, "sampled", generator), batch.loss_mask) for _ in range(n_draws)]
+    )
+
+
+@dataclass(frozen=True)
+class GradientNoise:
+    """Summary of gradient samples g_1..g_n (rows): signal, noise and their ratio."""
+
+    mean_sq_norm: float  # ||E g||^2, estimated without bias (||mean||^2 - trace_cov / n): the signal
+    trace_cov: float  # E||g - E g||^2 (unbiased): the noise, summed over parameters
+    snr: float  # mean_sq_norm / trace_cov: below 1, a single step is mostly noise
+
+
+def gradient_noise(grads: Tensor) -> GradientNoise:
+    """Signal ``||E g||^2``, noise ``tr Cov`` and their ratio for gradient samples [n, n_params].
+
+    ``||mean||^2`` alone overstates the signal by ``tr Cov / n`` (the noise left in a mean of n
+    samples), which matters when the noise dominates; that share is subtracted.
+    """
+    if grads.dim() != 2 or grads.shape[0] < 2:
+        raise ValueError(f"grads must be [n >= 2, n_params], got {tuple(grads.shape)}")
+    grads = grads.double()
+    mean = grads.mean(dim=0)
+    trace_cov = float(((grads - mean) ** 2).sum(dim=1).sum() / (grads.shape[0] - 1))
+    signal = float(mean.square().sum()) - trace_cov / grads.shape[0]
+    return GradientNoise(mean_sq_norm=signal, trace_cov=trace_cov, snr=signal / trace_cov)
