@@ -16,22 +16,7 @@ from torch import Tensor, nn
 
 from .seeding import make_generator
 from .tasks import Batch, Task, sample_next_tokens
-from .training import TargetKind
-
-
-def training_loss(logits: Tensor, targets: Tensor, mask: Tensor) -> Tensor:
-    """Cross-entropy against target distributions, averaged over the masked positions (train's loss).
-
-    logits, targets: [batch, pos, n_outputs]; mask: [batch, pos] -> scalar.
-    """
-    if logits.shape != targets.shape or mask.shape != logits.shape[:-1]:
-        raise ValueError(
-            f"logits {tuple(logits.shape)} and targets {tuple(targets.shape)} must match, "
-            f"and mask {tuple(mask.shape)} must be their leading [batch, pos]"
-        )
-    per_position = -(targets * logits.log_softmax(dim=-1)).sum(dim=-1)  # [batch, pos]
-    mask = mask.float()
-    return (per_position * mask).sum() / mask.sum()
+from .training import TargetKind, training_loss
 
 
 def flat_gradient(model: nn.Module, inputs: Tensor, targets: Tensor, mask: Tensor) -> Tensor:

@@ -93,6 +93,21 @@ class TrainResult:
     seeds: list[int] = field(default_factory=list)
 
 
+def training_loss(logits: Tensor, targets: Tensor, mask: Tensor) -> Tensor:
+    """Cross-entropy against target distributions, averaged over the masked positions (the loss :func:`train` minimises).
+
+    logits, targets: [batch, pos, n_outputs]; mask: [batch, pos] -> scalar.
+    """
+    if logits.shape != targets.shape or mask.shape != logits.shape[:-1]:
+        raise ValueError(
+            f"logits {tuple(logits.shape)} and targets {tuple(targets.shape)} must match, "
+            f"and mask {tuple(mask.shape)} must be their leading [batch, pos]"
+        )
+    per_position = -(targets * logits.log_softmax(dim=-1)).sum(dim=-1)  # [batch, pos]
+    mask = mask.float()
+    return (per_position * mask).sum() / mask.sum()
+
+
 def _param_groups(template: nn.Module, params: StackedParams, weight_decay: float) -> list[dict]:
     # nanoGPT's rule, judged on the unstacked shapes: matrices (incl. embeddings) decay; LN gains and
     # biases don't, since shrinking them only changes scale, which a norm undoes anyway.
@@ -147,9 +162,7 @@ def train(
     base = copy.deepcopy(models[0]).to("meta").train()
 
     def loss_one(p: StackedParams, b: StackedParams, inputs: Tensor, targets: Tensor, mask: Tensor) -> Tensor:
-        log_probs = functional_call(base, (p, b), (inputs,)).log_softmax(dim=-1)  # [batch, pos, n_out]
-        per_position = -(targets * log_probs).sum(dim=-1)  # cross-entropy, [batch, pos]
-        return (per_position * mask).sum() / mask.sum()
+        return training_loss(functional_call(base, (p, b), (inputs,)), targets, mask)
 
     batched_loss = vmap(loss_one, randomness="different")
     optimizer = torch.optim.AdamW(_param_groups(template, params, cfg.weight_decay), lr=cfg.lr)
