@@ -53,10 +53,10 @@ lab: $(ENV)
 	$(BIN)/jupyter lab $(if $(ROOT),--allow-root)
 
 # A fresh venv whenever the pins change, so nothing stale survives.
-$(ENV): requirements.txt pyproject.toml
+$(ENV): requirements.txt constraints.txt pyproject.toml
 	rm -rf $(VENV)
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install --quiet -r requirements.txt -e .
+	$(BIN)/pip install --quiet -r requirements.txt -c constraints.txt -e .
 	$(BIN)/pip check
 	touch $@
 
