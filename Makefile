@@ -19,35 +19,48 @@ CHROMIUM_VERSION := 156.0.8078.114-1~deb12u1
 # The browser test fails if the whole book holds fewer static slider figures than this.
 MIN_SLIDERS ?= 1
 NB ?= $(wildcard notebooks/*.ipynb)
+# Both cores: pytest-xdist workers and parallel notebook execution, one torch thread each.
+WORKERS ?= 2
 ROOT := $(filter 0,$(shell id -u))
 SUDO := $(if $(ROOT),,sudo)
 
-# One torch thread everywhere notebooks run (make execute, nbval): results are bit-identical
+# One torch thread everywhere notebooks run (make execute, the notebook tests): results are bit-identical
 # only at a fixed thread count. Seeds are set by each notebook's seed_everything call.
 export OMP_NUM_THREADS := 1
 export MKL_NUM_THREADS := 1
 
 .PHONY: book test unit nbval browser execute lab
 
+# Prints how long a stage took: $(call timed,name,command)
+timed = start=$$(date +%s); $(2); echo "stage $(1): $$(( $$(date +%s) - start )) s"
+
 book: $(VENDOR)/.copied
 	rm -rf _build/html
 	$(BIN)/jupyter-book build . --all -W -n --keep-going
 	@echo "The book: $(CURDIR)/_build/html/index.html"
 
-test: unit nbval book browser
+# One pytest run over both cores: unit tests and every chapter re-executed and compared with its
+# stored outputs (tests/test_notebooks.py; tolerant of another CPU's rounding, see CONTRIBUTING.md).
+test: $(ENV) $(VENDOR)/.copied $(NODE) $(CHROMIUM)
+	@$(call timed,pytest (unit + notebooks),$(BIN)/pytest -n $(WORKERS) --dist worksteal tests)
+	@$(call timed,book,$(MAKE) --no-print-directory book)
+	@$(call timed,browser,node tests/browser/test_sliders.mjs _build/html $(MIN_SLIDERS))
 
 unit: $(ENV)
-	$(BIN)/pytest tests
+	$(BIN)/pytest -n $(WORKERS) -m "not notebook" tests
 
 nbval: $(ENV)
-	$(BIN)/pytest --nbval --nbval-current-env --nbval-sanitize-with tests/nbval_sanitize.cfg notebooks
+	$(BIN)/pytest -n $(WORKERS) --dist worksteal -m notebook tests
 
 browser: book $(NODE) $(CHROMIUM)
 	node tests/browser/test_sliders.mjs _build/html $(MIN_SLIDERS)
 
+# Re-executes notebooks in place, one per core, and prints each one's time.
 execute: $(ENV)
-	$(BIN)/jupyter nbconvert --to notebook --execute --inplace \
-	  --ExecutePreprocessor.timeout=7200 --ExecutePreprocessor.record_timing=False $(NB)
+	printf '%s\n' $(NB) | xargs -P $(WORKERS) -I{} bash -c 'start=$$(date +%s); \
+	  $(BIN)/jupyter nbconvert --to notebook --execute --inplace --log-level=WARN \
+	    --ExecutePreprocessor.timeout=7200 --ExecutePreprocessor.record_timing=False {} \
+	  && echo "executed {} in $$(( $$(date +%s) - start )) s"'
 
 lab: $(ENV)
 	$(BIN)/jupyter lab $(if $(ROOT),--allow-root)
