@@ -2,6 +2,7 @@
 
 One pass over random permutations of length ``v - 1`` scores every prefix length ``s = 1..v-1``
 (the causal mask makes position ``s - 1`` see exactly the first ``s`` tokens).
+:func:`prefix_profile` reads one model on one sequence the same way (chapters 3 and 5).
 """
 
 from __future__ import annotations
@@ -108,3 +109,37 @@ def aggregate_seeds(tables: Sequence[LengthTable]) -> SeedSpread:
         for name, reduce in (("mean", np.mean), ("low", np.min), ("high", np.max))
     }
     return SeedSpread(**summary, n_seeds=len(tables))
+
+
+@dataclass(frozen=True)
+class PrefixProfile:
+    """One model on one input, at every prefix length s = 1..v-1 (arrays of length v-1)."""
+
+    s: np.ndarray
+    logits: np.ndarray  # [v-1, v] logits after each prefix
+    probs: np.ndarray  # [v-1, v] softmax of the logits
+    targets: np.ndarray  # [v-1, v] p*
+    margin: np.ndarray  # smallest absent minus largest present logit
+    tv: np.ndarray  # TV(probs, p*)
+
+
+@torch.no_grad()
+def prefix_profile(model: nn.Module, tokens: Sequence[int]) -> PrefixProfile:
+    """Run ``model`` on one sequence of v-1 distinct tokens; read every prefix (causal mask)."""
+    v = model.cfg.vocab_size
+    if len(tokens) != v - 1 or sorted(set(tokens)) != sorted(tokens) or not all(0 <= t < v for t in tokens):
+        raise ValueError(f"tokens must be v-1 = {v - 1} distinct ids in 0..{v - 1}, got {list(tokens)!r}")
+    x = torch.tensor([list(tokens)], dtype=torch.long)  # [1, v-1]
+    logits = model(x)[0]  # [v-1, v]
+    targets = target_distribution(x, v)[0].to(logits.dtype)  # [v-1, v]
+    targets = targets / targets.sum(-1, keepdim=True)  # equal nonzero entries: exactly 1/(v-s) in float64
+    seen = seen_mask(x, v)[0]
+    probs = logits.softmax(-1)
+    return PrefixProfile(
+        s=np.arange(1, v),
+        logits=logits.numpy(),
+        probs=probs.numpy(),
+        targets=targets.numpy(),
+        margin=metrics.logit_gap(logits, seen).numpy(),
+        tv=metrics.total_variation(probs, targets).numpy(),
+    )

@@ -2,7 +2,7 @@
 
 Sampled targets make every step's gradient noisy, so the raw weights jitter around where the
 expected gradient would take them. An average of the recent weights cancels much of that jitter.
-Both averagers follow the ``Averager`` protocol of :mod:`lengthgen_lite.training`: ``train`` calls
+Both averagers follow the ``Averager`` protocol of :mod:`lengthgen_lite.core.training`: ``train`` calls
 the factory once with the initial stacked parameters (name -> [K, *shape]), then
 ``update(params, step)`` after every optimiser step (``step = 1, 2, ...``) under ``no_grad``.
 They only read the parameters and keep their own copies, so training is the same with or without

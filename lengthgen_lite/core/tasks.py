@@ -20,7 +20,7 @@ from torch import Tensor
 
 @dataclass(frozen=True)
 class Batch:
-    """One training batch, in the format :func:`lengthgen_lite.training.train` reads."""
+    """One training batch, in the format :func:`lengthgen_lite.core.training.train` reads."""
 
     inputs: Tensor  # [batch, pos] token ids (long) or task-specific features
     targets: Tensor  # [batch, pos, n_outputs] target distributions (rows sum to 1)
@@ -101,9 +101,42 @@ def sample_next_tokens(targets: Tensor, generator: torch.Generator) -> Tensor:
     return torch.multinomial(flat, 1, generator=generator).reshape(targets.shape[:-1])
 
 
+class PerSeedSampler:
+    """Shared base of the samplers: the random draws are made per seed (generator), everything
+    else runs once for all ``K`` seeds, on a leading [K] axis.
+
+    A subclass says which sizes are valid (``_check_size``) and how to draw (``_draw``, with at
+    least one generator); ``sample_train_batch`` is then the one-generator case of
+    ``sample_train_batches``, so the two agree by construction.
+    """
+
+    def _check_size(self, size: int) -> None:
+        raise NotImplementedError
+
+    def _draw(self, batch: int, size: int, generators: Sequence[torch.Generator]) -> Batch:
+        raise NotImplementedError
+
+    def sample_train_batch(self, batch: int, size: int, generator: torch.Generator) -> Batch:
+        """A batch of ``batch`` examples of input size ``size`` (any valid size: test sizes use this too)."""
+        stacked = self.sample_train_batches(batch, size, [generator])
+        return Batch(stacked.inputs[0], stacked.targets[0], stacked.loss_mask[0])
+
+    def sample_train_batches(self, batch: int, size: int, generators: Sequence[torch.Generator]) -> Batch:
+        """One batch per generator on a leading [K] axis; row k equals ``sample_train_batch(..., generators[k])``."""
+        self._check_size(size)
+        _check_positive_int("batch", batch)
+        if not generators:
+            raise ValueError("generators must hold at least one torch.Generator (one per seed)")
+        return self._draw(batch, size, generators)
+
+
 @dataclass(frozen=True)
-class SetComplement:
-    """Set complement over ``v`` tokens, trained on every prefix length ``1..train_length``."""
+class SetComplement(PerSeedSampler):
+    """Set complement over ``v`` tokens, trained on every prefix length ``1..train_length``.
+
+    Only the random draws are made per seed; the sorting and the targets run once for all ``K``
+    seeds (chapter 5: the per-seed small ops were a large share of a batched training step).
+    """
 
     v: int
     train_length: int
@@ -118,22 +151,10 @@ class SetComplement:
     def train_sizes(self) -> Sequence[int]:
         return (self.train_length,)
 
-    def sample_train_batch(self, batch: int, size: int, generator: torch.Generator) -> Batch:
-        tokens = sample_sequences(self.v, size, batch, generator)
-        targets = target_distribution(tokens, self.v)
-        return Batch(tokens, targets, torch.ones(tokens.shape, dtype=torch.bool))
-
-    def sample_train_batches(self, batch: int, size: int, generators: Sequence[torch.Generator]) -> Batch:
-        """One batch per generator, stacked on a leading seed axis: [K, batch, pos] and [K, batch, pos, v].
-
-        Row ``k`` equals ``sample_train_batch(batch, size, generators[k])``: only the random draws are
-        made per seed; the sorting and the targets run once for all ``K`` seeds (chapter 5: the
-        per-seed small ops were a large share of a batched training step).
-        """
+    def _check_size(self, size: int) -> None:
         _check_vocab_and_length(self.v, size)
-        _check_positive_int("batch", batch)
-        if not generators:
-            raise ValueError("generators must hold at least one torch.Generator (one per seed)")
+
+    def _draw(self, batch: int, size: int, generators: Sequence[torch.Generator]) -> Batch:
         noise = torch.stack([torch.rand(batch, self.v, generator=g) for g in generators])  # [K, batch, v]
         tokens = noise.argsort(dim=-1)[..., :size]  # [K, batch, pos], as in sample_sequences
         targets = target_distribution(tokens.reshape(-1, size), self.v)  # [K * batch, pos, v]
@@ -171,19 +192,37 @@ def _pack(priority: Tensor, first: Tensor, second: Tensor) -> Tensor:
     return torch.stack([priority, first.float(), second.float()], dim=-1)
 
 
-def _one_seed(batch: Batch) -> Batch:
-    """Drop the leading seed axis of a one-generator ``sample_train_batches`` result."""
-    return Batch(batch.inputs[0], batch.targets[0], batch.loss_mask[0])
-
-
 def _retrieval_batch(items: Tensor, query: Tensor, answer: Tensor, n_outputs: int) -> Batch:
     """items [..., N, 3], query [..., 1, 3], answer [...] long -> a Batch read out at the query."""
     targets = torch.nn.functional.one_hot(answer.unsqueeze(-1), n_outputs).float()  # [..., 1, n_outputs]
     return Batch(torch.cat([items, query], dim=-2), targets, torch.ones(answer.shape + (1,), dtype=torch.bool))
 
 
+class RetrievalTask(Protocol):
+    """What the retrieval model, its evaluation and runner need from a set-retrieval task."""
+
+    n_outputs: int
+
+    @property
+    def vocab_size(self) -> int: ...
+
+    def sample_train_batch(self, batch: int, size: int, generator: torch.Generator) -> Batch: ...
+
+    def target_item(self, inputs: Tensor) -> Tensor: ...
+
+
+class _SetRetrieval(PerSeedSampler):
+    """Shared by the two retrieval tasks: training sizes ``min_train_size..max_train_size``."""
+
+    min_train_size: int
+    max_train_size: int
+
+    def train_sizes(self) -> Sequence[int]:
+        return tuple(range(self.min_train_size, self.max_train_size + 1))
+
+
 @dataclass(frozen=True)
-class ArgmaxRetrieval:
+class ArgmaxRetrieval(_SetRetrieval):
     """N items, each a continuous priority p ~ U(0, 1) and a label in 0..n_classes-1; the answer is
     the label of the highest-priority item (ties have probability 0). Chapter 4.
 
@@ -207,19 +246,10 @@ class ArgmaxRetrieval:
     def vocab_size(self) -> int:
         return self.n_classes + 1  # labels, then the query token
 
-    def train_sizes(self) -> Sequence[int]:
-        return tuple(range(self.min_train_size, self.max_train_size + 1))
-
-    def sample_train_batch(self, batch: int, size: int, generator: torch.Generator) -> Batch:
-        """``batch`` sets of ``size`` items (any size >= 1: the test sizes use this too)."""
-        return _one_seed(self.sample_train_batches(batch, size, [generator]))
-
-    def sample_train_batches(self, batch: int, size: int, generators: Sequence[torch.Generator]) -> Batch:
-        """One batch per generator on a leading [K] axis; row k equals sample_train_batch(..., generators[k])."""
-        _check_positive_int("batch", batch)
+    def _check_size(self, size: int) -> None:
         _check_positive_int("size", size)
-        if not generators:
-            raise ValueError("generators must hold at least one torch.Generator (one per seed)")
+
+    def _draw(self, batch: int, size: int, generators: Sequence[torch.Generator]) -> Batch:
         priority = torch.stack([torch.rand(batch, size, generator=g) for g in generators])  # [K, batch, N]
         labels = torch.stack([torch.randint(self.n_classes, (batch, size), generator=g) for g in generators])
         items = _pack(priority, labels, torch.full_like(labels, NO_TOKEN))  # [K, batch, N, 3]
@@ -235,7 +265,7 @@ class ArgmaxRetrieval:
 
 
 @dataclass(frozen=True)
-class DictionaryLookup:
+class DictionaryLookup(_SetRetrieval):
     """N key-value items with N distinct keys out of ``n_keys`` and values in 0..n_values-1 (drawn
     independently); the query names one of the N keys and the answer is its value. Chapter 4.
 
@@ -261,20 +291,11 @@ class DictionaryLookup:
     def vocab_size(self) -> int:
         return self.n_keys + self.n_values + 1  # keys, values, then the query token
 
-    def train_sizes(self) -> Sequence[int]:
-        return tuple(range(self.min_train_size, self.max_train_size + 1))
-
-    def sample_train_batch(self, batch: int, size: int, generator: torch.Generator) -> Batch:
-        """``batch`` dictionaries of ``size`` distinct keys (1 <= size <= n_keys)."""
-        return _one_seed(self.sample_train_batches(batch, size, [generator]))
-
-    def sample_train_batches(self, batch: int, size: int, generators: Sequence[torch.Generator]) -> Batch:
-        """One batch per generator on a leading [K] axis; row k equals sample_train_batch(..., generators[k])."""
-        _check_positive_int("batch", batch)
+    def _check_size(self, size: int) -> None:
         if not isinstance(size, int) or isinstance(size, bool) or not 1 <= size <= self.n_keys:
             raise ValueError(f"size N must be an int in 1..n_keys={self.n_keys} (distinct keys), got {size!r}")
-        if not generators:
-            raise ValueError("generators must hold at least one torch.Generator (one per seed)")
+
+    def _draw(self, batch: int, size: int, generators: Sequence[torch.Generator]) -> Batch:
         noise = torch.stack([torch.rand(batch, self.n_keys, generator=g) for g in generators])  # [K, batch, n_keys]
         values = torch.stack([torch.randint(self.n_values, (batch, size), generator=g) for g in generators])
         which = torch.stack([torch.randint(size, (batch, 1), generator=g) for g in generators])  # [K, batch, 1]

@@ -75,7 +75,7 @@ StackedParams = dict[str, Tensor]  # name -> [K, *shape]
 
 
 class Averager(Protocol):
-    """Keeps an average of the stacked parameters; see :mod:`lengthgen_lite.averaging`."""
+    """Keeps an average of the stacked parameters; see :mod:`lengthgen_lite.core.averaging`."""
 
     def update(self, params: StackedParams, step: int) -> None: ...
 

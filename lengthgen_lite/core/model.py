@@ -26,6 +26,9 @@ name                                       shape                                
 
 With ``queries="last"`` (chapter 4) only the last position queries attention and goes on: from
 ``hook_attn_scores`` on, ``query_pos`` and ``pos`` have size 1 and the logits are [batch, 1, n_outputs].
+
+``RetrievalTransformer`` (chapter 4) is the same model with an input layer for the packed set
+items of the retrieval tasks; it keeps the blocks, norm placements and hook names.
 """
 
 from __future__ import annotations
@@ -39,10 +42,13 @@ import torch
 from torch import Tensor, nn
 from torch.nn import functional as F
 
+from .tasks import NO_TOKEN, RETRIEVAL_COLUMNS, RetrievalTask
+
 NormPlacement = Literal["none", "pre", "pre_final", "post", "attn_out"]
 NormKind = Literal["layernorm", "standardize"]
 Positional = Literal["none", "learned"]
 Queries = Literal["all", "last"]
+RetrievalVariant = Literal["baseline", "layernorm", "standardize"]
 
 
 @dataclass(frozen=True)
@@ -280,3 +286,51 @@ def run_with_cache(model: nn.Module, inputs: Tensor, names: Iterable[str] | None
     finally:
         model.train(was_training)
     return logits, cache
+
+
+# --- Chapter 4: the retrieval model -------------------------------------------------------------
+
+RETRIEVAL_VARIANTS: dict[str, dict[str, str]] = {  # variant name -> ModelConfig fields
+    "baseline": {"norm": "none"},
+    "layernorm": {"norm": "attn_out", "norm_kind": "layernorm"},
+    "standardize": {"norm": "attn_out", "norm_kind": "standardize"},
+}
+
+
+class RetrievalTransformer(Transformer):
+    """Transformer over packed items [batch, N + 1, 3] float -> logits at the query [batch, 1, n_outputs].
+
+    A slot's vector is E[first token] + E[second token] (absent tokens add nothing) + p * w_priority.
+    No positions: the model sees a set. With ``queries="last"`` only the query slot attends, which
+    keeps N = 1024 cheap. ``norm="attn_out"`` is "LN (or standardization) right after the attention
+    output": ``blocks.0.hook_attn_out`` is recorded before the norm, ``blocks.0.ln_attn_out.hook_normalized`` after.
+    """
+
+    def __init__(self, cfg: ModelConfig):
+        super().__init__(cfg)
+        self.priority_embed = nn.Linear(1, cfg.d_model, bias=False)  # a continuous priority, linearly
+        nn.init.normal_(self.priority_embed.weight, std=1.0)  # as unit-variance as the token embeddings
+
+    def forward(self, inputs: Tensor) -> Tensor:
+        if inputs.dim() != 3 or inputs.shape[-1] != len(RETRIEVAL_COLUMNS) or not inputs.is_floating_point():
+            raise ValueError(
+                f"inputs must be packed items [batch, N + 1, {len(RETRIEVAL_COLUMNS)}] float, "
+                f"got {tuple(inputs.shape)} {inputs.dtype}"
+            )
+        priority, first, second = inputs.unbind(dim=-1)  # [batch, N + 1] each
+        x = self.priority_embed(priority.unsqueeze(-1))  # [batch, N + 1, d_model]
+        for ids in (first.long(), second.long()):
+            x = x + self.embed(ids.clamp_min(0)) * (ids != NO_TOKEN).unsqueeze(-1)
+        return self.forward_embeddings(self.hook_embed(x))[:, -1:]  # [batch, 1, n_outputs]
+
+
+def retrieval_config(task: RetrievalTask, variant: RetrievalVariant, **overrides: object) -> ModelConfig:
+    """The book's retrieval model for ``task``: one layer, 4 heads, d_model 64, ReLU MLP of width 256,
+    no positions, only the query attends; ``variant`` sets the norm after the attention output."""
+    if variant not in RETRIEVAL_VARIANTS:
+        raise ValueError(f"variant={variant!r} is unknown; allowed: {tuple(RETRIEVAL_VARIANTS)}")
+    fields = dict(
+        vocab_size=task.vocab_size, n_outputs=task.n_outputs, d_model=64, n_heads=4, d_mlp=256,
+        causal=False, queries="last", **RETRIEVAL_VARIANTS[variant],
+    )
+    return ModelConfig(**{**fields, **overrides})
