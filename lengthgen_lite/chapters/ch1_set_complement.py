@@ -11,9 +11,9 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from .model import ModelConfig, NormPlacement
-from .tasks import SetComplement
-from .training import TargetKind, TrainConfig, TrainResult, train
+from ..core.model import ModelConfig, NormPlacement
+from ..core.tasks import SetComplement
+from ..core.training import TargetKind, TrainConfig, TrainResult, train
 
 V = 16
 TRAIN_LENGTH = 4

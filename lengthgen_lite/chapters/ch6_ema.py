@@ -1,13 +1,21 @@
-"""Grids and random searches over training configurations, scored raw and averaged. Chapter 6.
+"""Chapter 6: noisy gradients, weight averaging, the temperature control and the random search.
 
-A :class:`RunSpec` is one point of the search (norm placement, learning rate, batch size, dropout,
-target kind). :func:`run_spec` trains it once for all seeds (one batched :func:`train` call, with
-any weight averagers riding along) and scores every variant (raw weights and each averager) by TV
-at every prefix length and several logit scales, from one forward pass per model.
+Three parts, in the chapter's order:
 
-Configurations that differ in the learning rate, batch size, norm or dropout cannot share a
-batched call: ``train`` vmaps over seeds of *one* model and optimiser. What does come for free is
-every averager (EMA on/off is two evaluations of the same run, a paired comparison) and the seeds.
+- **Gradient noise.** The training loss is linear in the targets, and a sampled one-hot target has
+  mean p*, so for the same inputs the *expected* sampled-target gradient is exactly the soft-target
+  gradient. What differs is the spread around that mean. :func:`minibatch_gradients` and
+  :func:`gradient_noise` measure it (the same loss as :func:`lengthgen_lite.core.training.train`).
+- **The temperature control.** Multiplying every logit by ``c > 1`` sharpens the prediction
+  without changing which tokens rank first, and long-length TV is very sensitive to that scale:
+  :func:`tv_by_logit_scale` scores one model at many scales from one forward pass, on the same
+  sequences as :func:`lengthgen_lite.core.evaluation.evaluate_set_complement`.
+- **Runs and the search.** A :class:`RunSpec` is one configuration (norm placement, learning rate,
+  batch size, dropout, target kind) of chapter 1's baseline; :func:`run_spec` trains it for all
+  seeds in one batched ``train`` call, with the averagers of :mod:`lengthgen_lite.core.averaging`
+  riding along, and scores raw and averaged weights by TV at every prefix length and scale.
+  Configurations that differ in learning rate, batch, norm or dropout cannot share a batched
+  call; every averager (a paired comparison) and the seeds come for free.
 """
 
 from __future__ import annotations
@@ -17,18 +25,156 @@ from dataclasses import dataclass
 from typing import Literal, Mapping, Sequence, get_args
 
 import numpy as np
+import torch
+from torch import Tensor, nn
 
-from .baseline import baseline_setup
-from .model import NormPlacement
-from .temperature import tv_by_logit_scale
-from .training import AveragerFactory, TargetKind, TrainResult, train
+from ..core.metrics import total_variation
+from ..core.model import NormPlacement
+from ..core.seeding import make_generator
+from ..core.tasks import Batch, Task, sample_next_tokens, sample_sequences, target_distribution
+from ..core.training import AveragerFactory, TargetKind, TrainResult, train, training_loss
+from .ch1_set_complement import baseline_setup
+
+# --- gradient noise ------------------------------------------------------------------------------
+
+
+def flat_gradient(model: nn.Module, inputs: Tensor, targets: Tensor, mask: Tensor) -> Tensor:
+    """Gradient of :func:`training_loss` w.r.t. all parameters of ``model``, flattened: [n_params].
+
+    Runs in eval mode (no dropout), so the only randomness is the batch and its targets.
+    """
+    was_training = model.training
+    model.eval()
+    try:
+        params = [p for p in model.parameters() if p.requires_grad]
+        loss = training_loss(model(inputs), targets, mask)
+        grads = torch.autograd.grad(loss, params)
+    finally:
+        model.train(was_training)
+    return torch.cat([g.reshape(-1) for g in grads])
+
+
+def _targets(batch: Batch, kind: TargetKind, generator: torch.Generator) -> Tensor:
+    if kind == "soft":
+        return batch.targets
+    if kind == "sampled":
+        n_out = batch.targets.shape[-1]
+        return nn.functional.one_hot(sample_next_tokens(batch.targets, generator), n_out).float()
+    raise ValueError(f"targets={kind!r} is unknown; allowed: ('soft', 'sampled')")
+
+
+def minibatch_gradients(
+    model: nn.Module, task: Task, batch: int, n_batches: int, targets: TargetKind, seed: int = 0
+) -> Tensor:
+    """Gradients on ``n_batches`` fresh training batches of ``batch`` examples: [n_batches, n_params].
+
+    Each batch is drawn as ``train`` draws it (input size from ``task.train_sizes()``, cycling).
+    """
+    if not isinstance(n_batches, int) or n_batches < 2:
+        raise ValueError(f"n_batches must be an int >= 2 (a spread needs two samples), got {n_batches!r}")
+    generator = make_generator(seed)
+    sizes = list(task.train_sizes())
+    rows = []
+    for i in range(n_batches):
+        b = task.sample_train_batch(batch, sizes[i % len(sizes)], generator)
+        rows.append(flat_gradient(model, b.inputs, _targets(b, targets, generator), b.loss_mask))
+    return torch.stack(rows)
+
+
+def resampled_target_gradients(model: nn.Module, batch: Batch, n_draws: int, seed: int = 0) -> Tensor:
+    """Gradients for ``n_draws`` independent draws of sampled targets on the *same* inputs: [n_draws, n_params].
+
+    Their mean tends to the soft-target gradient on those inputs (the loss is linear in the targets).
+    """
+    if not isinstance(n_draws, int) or n_draws < 1:
+        raise ValueError(f"n_draws must be a positive int, got {n_draws!r}")
+    generator = make_generator(seed)
+    return torch.stack(
+        [flat_gradient(model, batch.inputs, _targets(batch, "sampled", generator), batch.loss_mask) for _ in range(n_draws)]
+    )
+
+
+@dataclass(frozen=True)
+class GradientNoise:
+    """Summary of gradient samples g_1..g_n (rows): signal, noise and their ratio."""
+
+    mean_sq_norm: float  # ||E g||^2, estimated without bias (||mean||^2 - trace_cov / n): the signal
+    trace_cov: float  # E||g - E g||^2 (unbiased): the noise, summed over parameters
+    snr: float  # mean_sq_norm / trace_cov: below 1, a single step is mostly noise
+
+
+def gradient_noise(grads: Tensor) -> GradientNoise:
+    """Signal ``||E g||^2``, noise ``tr Cov`` and their ratio for gradient samples [n, n_params].
+
+    ``||mean||^2`` alone overstates the signal by ``tr Cov / n`` (the noise left in a mean of n
+    samples), which matters when the noise dominates; that share is subtracted.
+    """
+    if grads.dim() != 2 or grads.shape[0] < 2:
+        raise ValueError(f"grads must be [n >= 2, n_params], got {tuple(grads.shape)}")
+    grads = grads.double()
+    mean = grads.mean(dim=0)
+    trace_cov = float(((grads - mean) ** 2).sum(dim=1).sum() / (grads.shape[0] - 1))
+    signal = float(mean.square().sum()) - trace_cov / grads.shape[0]
+    return GradientNoise(mean_sq_norm=signal, trace_cov=trace_cov, snr=signal / trace_cov)
+
+
+# --- the temperature control ---------------------------------------------------------------------
+
+
+@torch.no_grad()
+def tv_by_logit_scale(
+    model: nn.Module, v: int, scales: Sequence[float], n_sequences: int = 2000, seed: int = 0
+) -> np.ndarray:
+    """TV to p* at every prefix length for the logits times each scale: [len(scales), v-1].
+
+    Row ``i`` equals ``evaluate_set_complement(model, v, n_sequences, seed, logit_scale=scales[i]).tv``.
+    """
+    scales = [float(c) for c in scales]
+    if not scales or not all(c > 0 for c in scales):
+        raise ValueError(f"scales must be a non-empty list of positive floats, got {scales!r}")
+    tokens = sample_sequences(v, v - 1, n_sequences, make_generator(seed))  # [batch, v-1]
+    was_training = model.training
+    model.eval()
+    try:
+        logits = model(tokens)  # [batch, s, v]
+    finally:
+        model.train(was_training)
+    targets = target_distribution(tokens, v)
+    rows = [total_variation((logits * c).softmax(dim=-1), targets).mean(dim=0).numpy() for c in scales]
+    return np.stack(rows)
+
+
+def matched_scale(tv_curve: np.ndarray, scales: Sequence[float], target: float) -> float:
+    """The scale whose TV in ``tv_curve`` [len(scales)] is closest to ``target`` (the first one on ties).
+
+    Used to ask: how much must the raw logits be sharpened to match an averaged model's TV?
+    """
+    tv_curve = np.asarray(tv_curve, dtype=float)
+    if tv_curve.shape != (len(scales),):
+        raise ValueError(f"tv_curve must have one entry per scale ({len(scales)}), got shape {tv_curve.shape}")
+    return float(scales[int(np.argmin(np.abs(tv_curve - target)))])
+
+
+def scaling_matches(raw_train: np.ndarray, raw_beyond: np.ndarray, train: float, beyond: float) -> bool:
+    """Does some logit scale of the raw model reach TV <= ``train`` at the training lengths *and*
+    <= ``beyond`` beyond them? ``raw_train``, ``raw_beyond``: mean TV per scale, [len(scales)].
+
+    If not, a model reaching (``train``, ``beyond``) is better in a way no temperature explains.
+    """
+    raw_train, raw_beyond = np.asarray(raw_train, dtype=float), np.asarray(raw_beyond, dtype=float)
+    if raw_train.ndim != 1 or raw_train.shape != raw_beyond.shape:
+        raise ValueError(f"raw_train and raw_beyond must be matching 1-D arrays, got {raw_train.shape}, {raw_beyond.shape}")
+    return bool(((raw_train <= train) & (raw_beyond <= beyond)).any())
+
+
+# --- runs and the search -------------------------------------------------------------------------
 
 LengthRange = Literal["train", "beyond"]
 
 
 @dataclass(frozen=True)
 class RunSpec:
-    """One training configuration on the book's baseline task and model (see :mod:`baseline`)."""
+    """One training configuration on the book's baseline task and model (see :mod:`.ch1_set_complement`)."""
 
     norm: NormPlacement = "none"
     lr: float = 3e-3
@@ -61,6 +207,10 @@ class Run:
     def mean_tv(self, variant: str, lengths: LengthRange, scale: float = 1.0) -> np.ndarray:
         """Mean TV over the training lengths ``s <= L`` or the lengths beyond them, per seed: [K]."""
         return _length_mean(self.curve(variant, scale), lengths, self.train_length)
+
+    def gain(self, lengths: LengthRange, variant: str = "ema", scale: float = 1.0) -> np.ndarray:
+        """Raw TV minus ``variant``'s TV over a length range, per seed: [K] (> 0: averaging helps)."""
+        return self.mean_tv("raw", lengths, scale) - self.mean_tv(variant, lengths, scale)
 
     def scale_curve(self, variant: str, lengths: LengthRange) -> np.ndarray:
         """Mean TV over a length range at every evaluated scale, per seed: [K, len(scales)]."""

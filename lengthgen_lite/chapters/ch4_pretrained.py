@@ -22,7 +22,7 @@ from typing import Any, Sequence
 import numpy as np
 import torch
 
-from .seeding import make_generator
+from ..core.seeding import make_generator
 
 FIRST_WORD_PIECE = 1996  # "the": ids below are [PAD], [unused*], [UNK], [CLS], [SEP], [MASK] and single characters
 
@@ -56,7 +56,7 @@ def random_init_like(model: Any, seed: int = 0) -> Any:
     _offline()
     from transformers import BertModel
 
-    from .seeding import seed_everything
+    from ..core.seeding import seed_everything
 
     config = copy.deepcopy(model.config)
     config._attn_implementation = "eager"  # so that layer 0 returns its attention weights

@@ -1,9 +1,9 @@
 """Norm placements on set complement: a runner, a tidy summary, and what the output norm does.
 Chapter 5.
 
-Every run is the chapter-1 baseline (:mod:`lengthgen_lite.baseline`) with only the norm placement
+Every run is the chapter-1 baseline (:mod:`.ch1_set_complement`) with only the norm placement
 (and, for the first paper version's remedy, dropout) changed; a configuration's seeds train in one
-batched :func:`~lengthgen_lite.training.train` call.
+batched :func:`~lengthgen_lite.core.training.train` call.
 
 The mechanism measurements ask one question: is the gap kept by a sharper attention pattern, or
 by the norm dividing a still-uniform average by its shrinking spread? :func:`gap_profile` records
@@ -21,13 +21,13 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
-from . import metrics
-from .baseline import SEEDS, TRAIN_LENGTH, baseline_setup
-from .evaluation import LengthTable, evaluate_seeds
-from .model import NormPlacement, run_with_cache
-from .seeding import make_generator
-from .tasks import sample_sequences, seen_mask
-from .training import TargetKind, TrainResult, train
+from ..core import metrics
+from ..core.evaluation import LengthTable, evaluate_seeds
+from ..core.model import NormPlacement, run_with_cache
+from ..core.seeding import make_generator
+from ..core.tasks import sample_sequences, seen_mask
+from ..core.training import TargetKind, TrainResult, train
+from .ch1_set_complement import SEEDS, TRAIN_LENGTH, baseline_setup
 
 PLACEMENTS: tuple[str, ...] = get_args(NormPlacement)
 
