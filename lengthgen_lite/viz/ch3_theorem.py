@@ -1,28 +1,26 @@
 """Chapter 3's figures: the dimension sweep, per-input fit, and the theorem slider.
 
-Plotting only: every function takes results computed by :mod:`lengthgen_lite.theory`.
+Plotting only: every function takes results computed by :mod:`lengthgen_lite.chapters.ch3_analysis`
+(the sweep) and :mod:`lengthgen_lite.chapters.ch3_construction` (the hand-built models).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 
-import matplotlib.pyplot as plt
 import numpy as np
 import plotly.graph_objects as go
 import seaborn as sns
 from matplotlib.axes import Axes
 from plotly.subplots import make_subplots
 
-from ..theory import DimensionSweep, NormComparison
+from ..chapters.ch3_analysis import DimensionSweep
+from ..chapters.ch3_construction import NormComparison
+from .common import ensure_axes, panels
 from .sliders import SliderFigure, live_slider, static_slider_figure
 from .style import PALETTE
 
 FLOOR = 1e-6  # excess losses below this are drawn at it (log axes)
-
-
-def _axes(ax: Axes | None) -> Axes:
-    return plt.subplots()[1] if ax is None else ax
 
 
 def plot_dimension_sweep(
@@ -34,7 +32,7 @@ def plot_dimension_sweep(
     """
     if not sweeps:
         raise ValueError("sweeps must hold at least one DimensionSweep")
-    ax = plt.subplots(figsize=(8.4, 3.8))[1] if ax is None else ax  # wide: the legend sits on the right
+    ax = ensure_axes(ax, figsize=(8.4, 3.8))  # wide: the legend sits on the right
     n = len(sweeps)
     for i, sweep in enumerate(sweeps):
         k = len(sweep.seeds)
@@ -63,7 +61,7 @@ def plot_excess_curves(curves: np.ndarray, *, threshold: float, title: str, ax: 
     curves = np.asarray(curves, dtype=float)
     if curves.ndim != 2:
         raise ValueError(f"curves must be [steps, K], got shape {curves.shape}")
-    ax = _axes(ax)
+    ax = ensure_axes(ax)
     steps = np.arange(1, curves.shape[0] + 1)
     for k in range(curves.shape[1]):
         ax.plot(steps, np.maximum(curves[:, k], FLOOR), linewidth=0.9, color=PALETTE[k % len(PALETTE)])
@@ -79,15 +77,14 @@ def plot_sweep_curves(sweep: DimensionSweep, dims: Sequence[int], *, threshold: 
     missing = [d for d in dims if d not in set(sweep.dims.tolist())]
     if not dims or missing:
         raise ValueError(f"dims must be a non-empty subset of the sweep's {sweep.dims.tolist()}, missing {missing}")
-    fig, axes = plt.subplots(1, len(dims), figsize=(3.6 * len(dims), 3.4), sharey=True, squeeze=False)
-    for ax, d in zip(axes[0], dims):
+    fig, axes = panels(len(dims), width=3.6, height=3.4, title=title, sharey=True)
+    for ax, d in zip(axes, dims):
         i = sweep.dims.tolist().index(d)
         offset = int(d - sweep.v)
         relative = "v" if offset == 0 else f"v {'+' if offset > 0 else '-'} {abs(offset)}"
         plot_excess_curves(sweep.curves[i], threshold=threshold, title=f"d = {d} = {relative}", ax=ax)
-    for ax in axes[0][1:]:
+    for ax in axes[1:]:
         ax.set_ylabel("")
-    fig.suptitle(title)
     return fig
 
 
@@ -96,10 +93,9 @@ def plot_kl_tables(tables: Mapping[str, np.ndarray], *, title: str):
     if not tables:
         raise ValueError("tables must hold at least one labelled [v, v] KL table")
     vmax = max(float(np.nanmax(t)) for t in tables.values())
-    fig, axes = plt.subplots(1, len(tables), figsize=(4.4 * len(tables), 3.9), squeeze=False)
-    for ax, (label, table) in zip(axes[0], tables.items()):
+    fig, axes = panels(len(tables), width=4.4, height=3.9, title=title)
+    for ax, (label, table) in zip(axes, tables.items()):
         plot_input_kl(table, title=label, vmax=vmax, ax=ax)
-    fig.suptitle(title)
     return fig
 
 
@@ -108,7 +104,7 @@ def plot_input_kl(kl_two: np.ndarray, *, title: str, vmax: float | None = None, 
     kl_two = np.asarray(kl_two, dtype=float)
     if kl_two.ndim != 2 or kl_two.shape[0] != kl_two.shape[1]:
         raise ValueError(f"kl_two must be a square [v, v] array, got shape {kl_two.shape}")
-    ax = _axes(ax)
+    ax = ensure_axes(ax)
     sns.heatmap(
         kl_two,
         mask=np.isnan(kl_two),
@@ -133,7 +129,7 @@ NO_NORM, WITH_NORM = "no norm", "LN on the attention output"
 def theorem_draw(comparisons: Mapping[tuple[int, float], NormComparison]) -> Callable[..., go.Figure]:
     """``draw(v, C, s)``: logits, softmax against p*, and margin/C against 2/s, with and without LN.
 
-    ``comparisons`` maps (v, C) to :func:`lengthgen_lite.theory.norm_comparison`. Axis ranges are
+    ``comparisons`` maps (v, C) to :func:`lengthgen_lite.chapters.ch3_construction.norm_comparison`. Axis ranges are
     fixed across the whole grid so that a static slider only swaps data; s > v-1 is clamped.
     """
     if not comparisons:

@@ -7,29 +7,18 @@ or [K, len(N)] (one row per seed: the mean is drawn with a min-max band).
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
-import matplotlib.pyplot as plt
 import numpy as np
 import plotly.graph_objects as go
 from matplotlib.axes import Axes
 from plotly.subplots import make_subplots
 
-from ..variance import loglog_slope
+from ..chapters.ch4_vanishing_variance import loglog_slope
+from .common import as_seed_array, ensure_axes, plot_curves
 from .style import PALETTE
 
 N_LABEL = "set size N (keys attended)"
-
-
-def _axes(ax: Axes | None) -> Axes:
-    return plt.subplots()[1] if ax is None else ax
-
-
-def _as_seed_array(values: np.ndarray, n: int, label: str) -> np.ndarray:
-    array = np.asarray(values, dtype=float)
-    array = array[None] if array.ndim == 1 else array
-    if array.ndim != 2 or array.shape[1] != n:
-        raise ValueError(f"curve {label!r} must be [len(N)] or [K, len(N)] with len(N)={n}, got {array.shape}")
-    return array
 
 
 def plot_loglog_std(
@@ -52,15 +41,15 @@ def plot_loglog_std(
     N = np.asarray(N, dtype=float)
     if not curves:
         raise ValueError("curves must hold at least one labelled curve")
-    ax = _axes(ax)
+    ax = ensure_axes(ax)
     for i, (label, values) in enumerate(curves.items()):
-        y = _as_seed_array(values, len(N), label).mean(0)
+        y = as_seed_array(values, len(N), label, "N").mean(0)
         color = (colors or {}).get(label, PALETTE[i % len(PALETTE)])
         style = (linestyles or {}).get(label, "-")
         slope = loglog_slope(N, y)
         ax.plot(N, y, marker="o", markersize=4, linestyle=style, color=color, label=f"{label} (slope {slope:.2f})")
     if reference:
-        first = _as_seed_array(next(iter(curves.values())), len(N), "first").mean(0)[0]
+        first = as_seed_array(next(iter(curves.values())), len(N), "first", "N").mean(0)[0]
         ax.plot(N, first * (N / N[0]) ** -0.5, linestyle=":", color="0.2", linewidth=1.2, label=r"law $\propto N^{-1/2}$")
     ax.set_xscale("log", base=2)
     ax.set_yscale("log")
@@ -74,58 +63,24 @@ def plot_against_N(
     N: Sequence[int],
     curves: Mapping[str, np.ndarray],
     *,
-    title: str,
-    ylabel: str,
     train_range: tuple[int, int] | None = None,
-    references: Mapping[str, np.ndarray] | None = None,
-    linestyles: Mapping[str, str] | None = None,
-    colors: Mapping[str, str] | None = None,
-    logy: bool = False,
-    ylim: tuple[float, float] | None = None,
-    legend: bool | str = True,
-    ax: Axes | None = None,
+    **kwargs: Any,
 ) -> Axes:
     """Curves against N (log2 axis): the mean over seeds with markers, and the min-max band over seeds.
 
-    ``train_range = (lo, hi)`` shades the set sizes the models were trained on; ``references`` are
-    thin dashed comparison curves (e.g. chance accuracy). ``legend`` may name a matplotlib location, or "outside" (right of the panel).
+    ``train_range = (lo, hi)`` shades the set sizes the models were trained on. ``kwargs``
+    (``title``, ``ylabel``, ``references``, ``linestyles``, ``colors``, ``logy``, ``ylim``,
+    ``legend`` (a location, or "outside": right of the panel), ``ax``) go to
+    :func:`~lengthgen_lite.viz.common.plot_curves`.
     """
-    N = np.asarray(N, dtype=float)
-    if not curves:
-        raise ValueError("curves must hold at least one labelled curve")
-    ax = _axes(ax)
+    shade = None
     if train_range is not None:
         lo, hi = train_range
         if not 0 < lo <= hi:
             raise ValueError(f"train_range must be (lo, hi) with 0 < lo <= hi, got {train_range!r}")
-        ax.axvspan(lo, hi, color="0.85", alpha=0.6, zorder=0, label=f"training sizes {lo}..{hi}")
-    seeds = set()
-    for i, (label, values) in enumerate(curves.items()):
-        array = _as_seed_array(values, len(N), label)
-        color = (colors or {}).get(label, PALETTE[i % len(PALETTE)])
-        seeds.add(array.shape[0])
-        ax.plot(N, array.mean(0), marker="o", markersize=4, color=color, label=label,
-                linestyle=(linestyles or {}).get(label, "-"))
-        if array.shape[0] > 1:
-            ax.fill_between(N, array.min(0), array.max(0), color=color, alpha=0.2, linewidth=0)
-    for j, (label, values) in enumerate((references or {}).items()):
-        reference = _as_seed_array(values, len(N), label)[0]
-        ax.plot(N, reference, linestyle=("--", ":", "-.")[j % 3], color="0.2", linewidth=1.2, label=label)
-    ax.set_xscale("log", base=2)
-    if logy:
-        ax.set_yscale("log")
-    if ylim is not None:
-        ax.set_ylim(*ylim)
-    ax.set(xlabel=N_LABEL, ylabel=ylabel, title=title)
-    if legend:
-        k = max(seeds)
-        note = f"lines: mean of {k} seeds, bands: min to max" if k > 1 else None
-        if legend == "outside":  # to the right of the panel, clear of the data
-            ax.legend(fontsize="small", title=note, title_fontsize="small", loc="upper left", bbox_to_anchor=(1.02, 1))
-        else:
-            loc = legend if isinstance(legend, str) else "best"
-            ax.legend(fontsize="small", title=note, title_fontsize="small", loc=loc)
-    return ax
+        shade = (lo, hi, f"training sizes {lo}..{hi}")
+    N = np.asarray(N, dtype=float)
+    return plot_curves(N, curves, xlabel=N_LABEL, shade=shade, band_alpha=0.2, log2_x=True, axis="N", **kwargs)
 
 
 def plot_paired(
@@ -146,9 +101,9 @@ def plot_paired(
     """
     if not curves:
         raise ValueError("curves must hold at least one labelled (x, y) pair")
-    ax = _axes(ax)
+    ax = ensure_axes(ax)
     for i, (label, (x, y)) in enumerate(curves.items()):
-        xm, ym = _as_seed_array(x, len(N), label).mean(0), _as_seed_array(y, len(N), label).mean(0)
+        xm, ym = as_seed_array(x, len(N), label, "N").mean(0), as_seed_array(y, len(N), label, "N").mean(0)
         ax.plot(xm, ym, marker="o", markersize=4, color=PALETTE[i % len(PALETTE)], label=label)
         if i == 0:
             for n, xv, yv in zip(N, xm, ym):

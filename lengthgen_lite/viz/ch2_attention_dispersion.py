@@ -1,4 +1,5 @@
-"""Chapter 2's slider figure: one example's attention, prediction and attention entropy at length s.
+"""Chapter 2's figures: the attention pattern as a heatmap, and the slider of one example's
+attention, prediction and attention entropy at length s.
 
 :func:`dispersion_draw` turns precomputed arrays into a ``draw(s, example) -> go.Figure`` for
 :func:`~lengthgen_lite.viz.sliders.static_slider_figure` and
@@ -8,13 +9,16 @@ order, and the axis ranges are fixed, so the static slider only swaps data.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 import plotly.graph_objects as go
+import seaborn as sns
+from matplotlib.axes import Axes
 from plotly.subplots import make_subplots
 
+from .common import ensure_axes
 from .style import PALETTE
 
 
@@ -100,3 +104,52 @@ def dispersion_draw(grid: DispersionGrid) -> Callable[..., go.Figure]:
         return fig
 
     return draw
+
+
+def plot_attention_pattern(
+    pattern: np.ndarray,
+    *,
+    tokens: Sequence[int] | None = None,
+    title: str,
+    relative: bool = False,
+    ax: Axes | None = None,
+) -> Axes:
+    """A causal attention pattern [query_pos, key_pos] as a heatmap; future keys are left blank.
+
+    Row ``s`` (counting from 1) is the attention of the prediction made after ``s`` tokens.
+    ``relative=True`` shows ``s * a`` instead, on a scale centred at 1 (= uniform over the ``s``
+    seen keys), which makes small departures from uniform visible at every ``s``.
+    """
+    pattern = np.asarray(pattern, dtype=float)
+    if pattern.ndim != 2 or pattern.shape[0] != pattern.shape[1]:
+        raise ValueError(f"pattern must be a square [query_pos, key_pos] array, got shape {pattern.shape}")
+    if tokens is not None and len(tokens) != pattern.shape[1]:
+        raise ValueError(f"tokens must have one id per key position ({pattern.shape[1]}), got {len(tokens)}")
+    ax = ensure_axes(ax)
+    n = pattern.shape[0]
+    future = np.triu(np.ones((n, n), dtype=bool), k=1)
+    positions = np.arange(1, n + 1)
+    keys = positions if tokens is None else [f"{p}\n({t})" for p, t in zip(positions, tokens)]
+    if relative:
+        values, label = pattern * positions[:, None], "s x attention weight (1 = uniform)"
+        spread = max(0.05, float(np.abs(values[~future] - 1).max()))
+        scale = {"vmin": 1 - spread, "vmax": 1 + spread, "cmap": "RdBu_r"}  # symmetric: white = uniform
+    else:
+        values, label = pattern, "attention weight"
+        scale = {"vmin": 0.0, "vmax": 1.0, "cmap": "viridis"}
+    sns.heatmap(
+        values,
+        mask=future,
+        square=True,
+        xticklabels=keys,
+        yticklabels=positions,
+        cbar_kws={"label": label, "shrink": 0.8},
+        ax=ax,
+        **scale,
+    )
+    xlabel = "key position" if tokens is None else "key position (token id)"
+    ax.grid(False)
+    ax.set(xlabel=xlabel, ylabel="query = prefix length s", title=title)
+    ax.tick_params(axis="x", labelsize="x-small", rotation=0)
+    ax.tick_params(axis="y", labelsize="small", rotation=0)
+    return ax

@@ -1,13 +1,14 @@
 """Chapter 6's figures: gradient noise, weight averaging, the temperature control, the search.
 
 Every function takes precomputed numbers (arrays or flat row dicts as made by
-:func:`lengthgen_lite.search.score_rows`), draws and returns the axes or figure; none of them trains
-or evaluates a model.
+:func:`lengthgen_lite.chapters.ch6_ema.score_rows`), draws and returns the axes or figure; none of
+them trains or evaluates a model.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 import matplotlib.pyplot as plt
 import numpy as np
@@ -17,10 +18,10 @@ import seaborn as sns
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
-from .plots import S_LABEL, shade_training_range
+from .common import S_LABEL, TV_LABEL, ensure_axes, plot_length_curves, rows_frame
+from .sliders import SliderFigure, static_slider_figure
 from .style import PALETTE
 
-TV_LABEL = "TV to p* (0 = perfect, 1 = disjoint)"
 RANGE_LABELS = {"tv_train": "mean TV, training lengths", "tv_beyond": "mean TV, beyond training lengths"}
 VARIANT_COLORS = {"raw": PALETTE[0], "ema": PALETTE[1], "bema": PALETTE[2]}
 
@@ -32,18 +33,8 @@ def _norm_rank(norm: object) -> int:
     return NORM_ORDER.index(norm) if norm in NORM_ORDER else len(NORM_ORDER)
 
 
-def _axes(ax: Axes | None) -> Axes:
-    return plt.subplots()[1] if ax is None else ax
-
-
 def _frame(rows: Sequence[Mapping[str, object]], needed: Sequence[str]) -> pd.DataFrame:
-    if not rows:
-        raise ValueError("rows must hold at least one row (see search.score_rows)")
-    frame = pd.DataFrame(list(rows))
-    missing = [name for name in needed if name not in frame]
-    if missing:
-        raise ValueError(f"rows lack the columns {missing}; they have {list(frame.columns)}")
-    return frame
+    return rows_frame(rows, needed, source="ch6_ema.score_rows")
 
 
 def plot_gradient_noise(rows: Sequence[Mapping[str, object]], *, title: str) -> Figure:
@@ -83,7 +74,7 @@ def plot_unbiasedness(
     n_draws = np.asarray(n_draws, dtype=float)
     if not relative_error:
         raise ValueError("relative_error must hold at least one labelled curve")
-    ax = _axes(ax)
+    ax = ensure_axes(ax)
     for i, (label, error) in enumerate(relative_error.items()):
         error = np.asarray(error, dtype=float)
         if error.shape != n_draws.shape:
@@ -126,28 +117,12 @@ def plot_averaging_toy(
     return fig
 
 
-def plot_variant_tv(
-    s: np.ndarray,
-    curves: Mapping[str, np.ndarray],
-    *,
-    train_length: int,
-    title: str,
-    ax: Axes | None = None,
-) -> Axes:
-    """TV against prefix length for each variant (``curves[label]``: [K, len(s)]), seed mean and min-max band."""
-    s = np.asarray(s)
-    ax = _axes(ax)
-    shade_training_range(ax, train_length)
-    for i, (label, values) in enumerate(curves.items()):
-        values = np.asarray(values, dtype=float)
-        if values.ndim != 2 or values.shape[1] != len(s):
-            raise ValueError(f"curve {label!r} must be [K, len(s)={len(s)}], got {values.shape}")
-        color = VARIANT_COLORS.get(label, PALETTE[(i + 3) % len(PALETTE)])
-        ax.plot(s, values.mean(0), marker="o", markersize=3.5, color=color, label=f"{label} (mean of {values.shape[0]} seeds)")
-        ax.fill_between(s, values.min(0), values.max(0), color=color, alpha=0.25, linewidth=0)
-    ax.set(xlabel=S_LABEL, ylabel=TV_LABEL, title=title, xticks=s, ylim=(0, None))
-    ax.legend(fontsize="small")
-    return ax
+def plot_variant_tv(s: np.ndarray, curves: Mapping[str, np.ndarray], *, train_length: int, **kwargs: Any) -> Axes:
+    """TV against prefix length for each variant (``curves[label]``: [K, len(s)]), seed mean and
+    min-max band, in the variant's colour; ``kwargs`` (``title``, ``ax``) go to ``plot_length_curves``."""
+    colors = {label: VARIANT_COLORS.get(label, PALETTE[(i + 3) % len(PALETTE)]) for i, label in enumerate(curves)}
+    return plot_length_curves(s, curves, train_length=train_length, colors=colors, ylabel=TV_LABEL, ylim=(0, None),
+                              **kwargs)
 
 
 def plot_variant_summary(rows: Sequence[Mapping[str, object]], *, title: str) -> Figure:
@@ -196,7 +171,7 @@ def plot_temperature_frontier(
     scales = [float(c) for c in scales]
     if not curves:
         raise ValueError("curves must hold at least one labelled (train, beyond) pair")
-    ax = _axes(ax)
+    ax = ensure_axes(ax)
     for i, (label, (train, beyond)) in enumerate(curves.items()):
         train, beyond = np.asarray(train, dtype=float), np.asarray(beyond, dtype=float)
         if train.shape != (len(scales),) or beyond.shape != (len(scales),):
@@ -254,6 +229,25 @@ def temperature_slider_figure(
     return fig
 
 
+def temperature_slider(
+    s: np.ndarray,
+    scales: Sequence[float],
+    tv: Mapping[str, np.ndarray],
+    values: Sequence[float],
+    *,
+    train_length: int,
+    title: str,
+    name: str,
+) -> SliderFigure:
+    """The static slider over the logit factor ``c`` in ``values``: :func:`temperature_slider_figure`
+    at each ``c``. ``title`` is shared by every position (the layout is the first step's)."""
+
+    def draw(c: float) -> go.Figure:
+        return temperature_slider_figure(s, scales, tv, c, train_length=train_length, title=title)
+
+    return static_slider_figure(draw, {"c": list(values)}, name=name)
+
+
 def plot_search_factors(
     rows: Sequence[Mapping[str, object]], *, factors: Sequence[str], responses: Sequence[str], title: str
 ) -> Figure:
@@ -301,7 +295,7 @@ def plot_factor_importance(importance: Mapping[str, Mapping[str, float]], *, tit
     frame = pd.DataFrame(
         [{"response": RANGE_LABELS.get(r, r), "factor": f, "value": v} for r, by in importance.items() for f, v in by.items()]
     )
-    ax = _axes(ax)
+    ax = ensure_axes(ax)
     responses = list(dict.fromkeys(frame["response"]))
     palette = {r: PALETTE[(2 + i) % len(PALETTE)] for i, r in enumerate(responses)}
     sns.barplot(frame, x="factor", y="value", hue="response", palette=palette, ax=ax)
@@ -310,24 +304,10 @@ def plot_factor_importance(importance: Mapping[str, Mapping[str, float]], *, tit
     return ax
 
 
-def summary_table(
-    rows: Sequence[Mapping[str, object]],
-    *,
-    by: Sequence[str] = ("norm", "batch", "lr"),
-    columns: Sequence[str] = ("tv_train", "tv_beyond"),
-    digits: int = 3,
-) -> pd.DataFrame:
-    """Mean over seeds per configuration (rows) and variant (columns), rounded for printing."""
+def summary_table(rows: Sequence[Mapping[str, object]], *, by: Sequence[str] = ("norm", "batch", "lr")) -> pd.DataFrame:
+    """Mean TV over seeds per configuration (rows, grouped ``by``) and variant (columns), to 3 decimals."""
+    columns = list(RANGE_LABELS)
     frame = _frame(rows, [*by, "variant", *columns])
-    table = frame.groupby([*by, "variant"], sort=False)[list(columns)].mean().unstack("variant")
-    table.columns = [f"{RANGE_LABELS.get(c, c).replace('mean TV, ', 'TV ')}: {v}" for c, v in table.columns]
-    return table.round(digits)
-
-
-def panel_row(n: int, *, title: str, width: float = 5.5, height: float = 4.2, sharey: bool = False) -> tuple[Figure, list[Axes]]:
-    """A titled figure with ``n`` panels side by side, for the ``ax=`` of the functions above."""
-    if not isinstance(n, int) or n < 1:
-        raise ValueError(f"n must be a positive int, got {n!r}")
-    fig, axes = plt.subplots(1, n, figsize=(width * n, height), sharey=sharey, squeeze=False)
-    fig.suptitle(title)
-    return fig, list(axes[0])
+    table = frame.groupby([*by, "variant"], sort=False)[columns].mean().unstack("variant")
+    table.columns = [f"{RANGE_LABELS[c].replace('mean TV, ', 'TV ')}: {v}" for c, v in table.columns]
+    return table.round(3)

@@ -1,23 +1,24 @@
 """Chapter 5's table and slider: norm placements on set complement.
 
-Plotting only: the numbers come from :mod:`lengthgen_lite.placements` (tidy rows, gap profiles)
-and :func:`lengthgen_lite.theory.prefix_profile` (one model on one sequence at every length).
+Plotting only: the numbers come from :mod:`lengthgen_lite.chapters.ch5_post_norm` (tidy rows, gap
+profiles) and :func:`lengthgen_lite.core.evaluation.prefix_profile` (one model on one sequence at
+every length).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
-import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 from matplotlib.axes import Axes
 from plotly.subplots import make_subplots
 
-from ..placements import PLACEMENTS
-from ..theory import PrefixProfile
-from .plots import S_LABEL, shade_training_range
+from ..chapters.ch5_post_norm import PLACEMENTS
+from ..core.evaluation import PrefixProfile
+from .common import plot_length_curves, rows_frame
 from .sliders import SliderFigure, live_slider, static_slider_figure
 from .style import PALETTE
 
@@ -42,14 +43,9 @@ def placement_table(
 ) -> pd.DataFrame:
     """Mean over seeds with the [min, max] range, one row per configuration, as rounded strings.
 
-    ``rows`` are :func:`lengthgen_lite.placements.summary_rows`; the configuration order is kept.
+    ``rows`` are :func:`lengthgen_lite.chapters.ch5_post_norm.summary_rows`; the configuration order is kept.
     """
-    if not rows:
-        raise ValueError("rows must hold at least one row (see placements.summary_rows)")
-    frame = pd.DataFrame(list(rows))
-    missing = [name for name in [*by, *columns] if name not in frame]
-    if missing:
-        raise ValueError(f"rows lack the columns {missing}; they have {list(frame.columns)}")
+    frame = rows_frame(rows, [*by, *columns], source="ch5_post_norm.summary_rows")
     grouped = frame.groupby(list(by), sort=False)[list(columns)]
     mean, low, high = grouped.mean(), grouped.min(), grouped.max()
     table = pd.DataFrame(index=mean.index)
@@ -66,57 +62,30 @@ def plot_placement_curves(
     s: np.ndarray,
     curves: Mapping[str, np.ndarray],
     *,
-    ylabel: str,
-    title: str,
-    train_length: int | None = None,
-    references: Mapping[str, np.ndarray] | None = None,
-    logy: bool = False,
-    ylim: tuple[float, float] | None = None,
     legend: str | None = "best",
     suffix: str = "",
-    ax: Axes | None = None,
+    **kwargs: Any,
 ) -> Axes:
     """Per-length curves keyed by placement ([K, len(s)] per placement: mean line, min-max band),
     each in its placement's colour whichever placements are drawn; ``suffix`` is added to the labels.
 
-    ``references`` are dashed comparison curves; ``legend`` is a matplotlib location or None.
+    ``legend`` is a matplotlib location or None; ``kwargs`` (``ylabel``, ``title``,
+    ``train_length``, ``references``, ``logy``, ``ylim``, ``ax``) go to
+    :func:`~lengthgen_lite.viz.common.plot_length_curves`.
     """
-    s = np.asarray(s)
     if not curves:
         raise ValueError("curves must hold at least one placement")
     if unknown := set(curves) - set(PLACEMENT_COLORS):
         raise ValueError(f"curves must be keyed by placement {PLACEMENTS}, got {sorted(unknown)}")
-    ax = plt.subplots()[1] if ax is None else ax
-    if train_length is not None:
-        shade_training_range(ax, train_length)
-    for norm, values in curves.items():
-        array = np.atleast_2d(np.asarray(values, dtype=float))
-        if array.shape[1] != len(s):
-            raise ValueError(f"curve {norm!r} must be [len(s)] or [K, len(s)] with len(s)={len(s)}, got {array.shape}")
-        color = PLACEMENT_COLORS[norm]
-        ax.plot(s, array.mean(0), marker="o", markersize=4, color=color, label=f"{norm}{suffix}")
-        if array.shape[0] > 1:
-            ax.fill_between(s, array.min(0), array.max(0), color=color, alpha=0.25, linewidth=0)
-    for j, (label, values) in enumerate((references or {}).items()):
-        ax.plot(s, np.asarray(values, dtype=float), linestyle=("--", ":", "-.")[j % 3], color="0.2", linewidth=1.2,
-                label=label)
-    if logy:
-        ax.set_yscale("log")
-    if ylim is not None:
-        ax.set_ylim(*ylim)
-    ax.set(xlabel=S_LABEL, ylabel=ylabel, title=title, xticks=s)
-    if legend is not None:
-        k = max(np.atleast_2d(np.asarray(v)).shape[0] for v in curves.values())
-        note = f"lines: mean of {k} seeds, bands: min to max" if k > 1 else None
-        ax.legend(fontsize="small", title=note, title_fontsize="small", loc=legend)
-    return ax
+    labels = {norm: f"{norm}{suffix}" for norm in curves}
+    return plot_length_curves(s, curves, colors=PLACEMENT_COLORS, labels=labels, legend=legend or False, **kwargs)
 
 
 def placement_draw(profiles: Mapping[str, PrefixProfile], *, train_length: int) -> Callable[..., go.Figure]:
     """``draw(norm, s)``: one sequence's prediction against p* after ``s`` tokens, and the logit gap
     of every placement on that sequence against ``s`` (the chosen one drawn bold).
 
-    ``profiles`` maps a placement name to :func:`~lengthgen_lite.theory.prefix_profile` of one
+    ``profiles`` maps a placement name to :func:`~lengthgen_lite.core.evaluation.prefix_profile` of one
     trained model on one shared sequence. Every frame has the same traces, so a static slider
     only swaps data; the gap axis is fixed, the probability axis rescales.
     """
