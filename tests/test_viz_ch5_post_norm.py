@@ -1,15 +1,18 @@
 import numpy as np
 import pytest
 
-from lengthgen_lite.model import ModelConfig, Transformer
-from lengthgen_lite.seeding import seed_everything
-from lengthgen_lite.theory import prefix_profile
-from lengthgen_lite.viz.norm_plots import (
+from lengthgen_lite.core.evaluation import prefix_profile
+from lengthgen_lite.core.model import ModelConfig, Transformer
+from lengthgen_lite.core.seeding import seed_everything
+from lengthgen_lite.viz.ch5_post_norm import (
+    PLACEMENT_COLORS,
+    plot_placement_curves,
     placement_draw,
     placement_live_slider,
     placement_static_slider,
     placement_table,
 )
+
 
 ROWS = [
     {"targets": "soft", "norm": norm, "seed": seed, "tv_train": 0.1 * seed, "tv_beyond": base + 0.01 * seed}
@@ -64,8 +67,6 @@ def test_sliders(profiles):
 
 
 def test_placement_curves_keep_each_placement_colour():
-    from lengthgen_lite.viz.norm_plots import PLACEMENT_COLORS, plot_placement_curves
-
     s = np.arange(1, 6)
     ax = plot_placement_curves(s, {"post": np.ones((3, 5)), "attn_out": np.arange(5.0)}, ylabel="y", title="t",
                                train_length=2, references={"law": 1 / s}, suffix=", frozen")

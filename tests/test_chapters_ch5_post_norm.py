@@ -2,8 +2,7 @@ import numpy as np
 import pytest
 import torch
 
-from lengthgen_lite.model import ModelConfig, Transformer
-from lengthgen_lite.placements import (
+from lengthgen_lite.chapters.ch5_post_norm import (
     OUTPUT_NORM,
     PLACEMENTS,
     frozen_divisor,
@@ -12,7 +11,8 @@ from lengthgen_lite.placements import (
     seed_values,
     summary_rows,
 )
-from lengthgen_lite.seeding import seed_everything
+from lengthgen_lite.core.model import ModelConfig, Transformer
+from lengthgen_lite.core.seeding import seed_everything
 
 
 @pytest.fixture(scope="module")

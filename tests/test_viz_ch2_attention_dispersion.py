@@ -1,7 +1,7 @@
 import numpy as np
 import pytest
 
-from lengthgen_lite.viz.dispersion import DispersionGrid, dispersion_draw
+from lengthgen_lite.viz.ch2_attention_dispersion import DispersionGrid, dispersion_draw, plot_attention_pattern
 from lengthgen_lite.viz.sliders import static_slider_figure
 
 
@@ -41,3 +41,29 @@ def test_bad_shapes_and_slider_values_raise():
         draw(s=4, example=0)
     with pytest.raises(ValueError, match="example"):
         draw(s=1, example=2)
+
+
+def test_attention_pattern_masks_future_keys():
+    pattern = np.tril(np.ones((3, 3))) / np.arange(1, 4)[:, None]
+    ax = plot_attention_pattern(pattern, tokens=[7, 2, 5], title="pattern")
+    values = ax.collections[0].get_array()
+    assert np.ma.count(values) == 6  # lower triangle only
+    np.testing.assert_allclose(np.ma.compressed(values), pattern[np.tril_indices(3)])
+    assert ax.get_xticklabels()[0].get_text() == "1\n(7)"
+    assert ax.get_ylabel().startswith("query")
+
+
+def test_attention_pattern_rejects_bad_input():
+    with pytest.raises(ValueError, match="square"):
+        plot_attention_pattern(np.ones((2, 3)), title="t")
+    with pytest.raises(ValueError, match="tokens"):
+        plot_attention_pattern(np.eye(3), tokens=[1], title="t")
+
+
+def test_relative_attention_pattern_is_centred_on_uniform():
+    pattern = np.tril(np.ones((3, 3))) / np.arange(1, 4)[:, None]
+    pattern[2] = [0.5, 0.25, 0.25]  # row s = 3: s * a = 1.5, 0.75, 0.75
+    ax = plot_attention_pattern(pattern, title="relative", relative=True)
+    values = np.ma.compressed(ax.collections[0].get_array())
+    np.testing.assert_allclose(values, [1, 1, 1, 1.5, 0.75, 0.75])
+    assert ax.collections[0].get_clim() == pytest.approx((0.5, 1.5))  # symmetric around 1

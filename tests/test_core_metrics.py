@@ -3,7 +3,7 @@ import math
 import pytest
 import torch
 
-from lengthgen_lite import metrics
+from lengthgen_lite.core import metrics
 
 
 def test_total_variation_bounds():

@@ -1,7 +1,18 @@
 import pytest
 import torch
 
-from lengthgen_lite.model import ModelConfig, Transformer, hook_names, run_with_cache
+from lengthgen_lite.chapters.ch4_vanishing_variance import ATTN_OUT, NORMED
+from lengthgen_lite.core.model import (
+    ModelConfig,
+    RetrievalTransformer,
+    Transformer,
+    hook_names,
+    retrieval_config,
+    run_with_cache,
+)
+from lengthgen_lite.core.seeding import make_generator, seed_everything
+from lengthgen_lite.core.tasks import ArgmaxRetrieval, DictionaryLookup
+
 
 ALWAYS = {
     "hook_embed",
@@ -132,3 +143,79 @@ def test_last_query_attention_equals_the_last_row_of_full_attention():
 def test_unknown_queries_value_raises():
     with pytest.raises(ValueError, match="queries='first' is unknown"):
         ModelConfig(vocab_size=8, queries="first")
+
+
+ARGMAX = ArgmaxRetrieval(n_classes=4, max_train_size=6)
+
+
+DICT = DictionaryLookup(n_keys=32, n_values=4, max_train_size=6)
+
+
+def small(task, variant):
+    return retrieval_config(task, variant, d_model=16, n_heads=2, d_mlp=32)
+
+
+def test_config_per_variant():
+    assert retrieval_config(ARGMAX, "baseline").norm == "none"
+    cfg = retrieval_config(DICT, "standardize")
+    assert (cfg.norm, cfg.norm_kind, cfg.queries, cfg.causal, cfg.positional) == ("attn_out", "standardize", "last", False, "none")
+    assert cfg.vocab_size == DICT.vocab_size and cfg.n_outputs == 4
+    with pytest.raises(ValueError, match="variant='rmsnorm' is unknown"):
+        retrieval_config(DICT, "rmsnorm")
+
+
+@pytest.mark.parametrize("variant", ["baseline", "layernorm"])
+def test_logits_at_the_query_and_transformerlens_names(variant):
+    seed_everything(0)
+    model = RetrievalTransformer(small(DICT, variant))
+    batch = DICT.sample_train_batch(5, 6, make_generator(0))
+    logits, cache = run_with_cache(model, batch.inputs)
+    assert logits.shape == (5, 1, 4)
+    assert cache["blocks.0.attn.hook_pattern"].shape == (5, 2, 1, 7)  # the query row over N + 1 keys
+    assert cache[ATTN_OUT].shape == (5, 1, 16)
+    assert (NORMED in hook_names(model)) == (variant == "layernorm")
+
+
+def test_the_model_sees_a_set_order_does_not_matter():
+    seed_everything(1)
+    model = RetrievalTransformer(small(ARGMAX, "layernorm")).eval()
+    inputs = ARGMAX.sample_train_batch(4, 6, make_generator(1)).inputs
+    shuffled = torch.cat([inputs[:, torch.tensor([5, 3, 1, 0, 2, 4])], inputs[:, -1:]], dim=1)
+    torch.testing.assert_close(model(inputs), model(shuffled))
+
+
+def test_query_only_attention_matches_full_attention_at_the_query():
+    seed_everything(2)
+    last = RetrievalTransformer(small(DICT, "layernorm")).eval()
+    full = RetrievalTransformer(ModelConfig(**{**small(DICT, "layernorm").__dict__, "queries": "all"})).eval()
+    full.load_state_dict(last.state_dict())
+    inputs = DICT.sample_train_batch(4, 6, make_generator(2)).inputs
+    torch.testing.assert_close(last(inputs), full(inputs))
+
+
+def test_absent_tokens_add_nothing():
+    seed_everything(3)
+    model = RetrievalTransformer(small(ARGMAX, "baseline"))
+    inputs = torch.tensor([[[0.5, 2.0, -1.0], [0.0, 4.0, -1.0]]])
+    with torch.no_grad():
+        _, cache = run_with_cache(model, inputs, names=["hook_embed"])
+        expected = model.embed.weight[2] + 0.5 * model.priority_embed.weight[:, 0]
+    torch.testing.assert_close(cache["hook_embed"][0, 0], expected)
+
+
+def test_retrieval_model_rejects_unpacked_inputs():
+    model = RetrievalTransformer(small(ARGMAX, "baseline"))
+    with pytest.raises(ValueError, match="packed items"):
+        model(torch.zeros(2, 3, 2))
+    with pytest.raises(ValueError, match="packed items"):
+        model(torch.zeros(2, 3, 3, dtype=torch.long))
+
+
+def test_the_norms_add_no_random_parameters_so_a_seed_starts_every_variant_alike():
+    models = {}
+    for variant in ("baseline", "layernorm", "standardize"):
+        seed_everything(2)  # what train does for seed 1
+        models[variant] = RetrievalTransformer(small(ARGMAX, variant)).state_dict()
+    for name, weight in models["baseline"].items():
+        torch.testing.assert_close(models["layernorm"][name], weight)
+        torch.testing.assert_close(models["standardize"][name], weight)

@@ -1,7 +1,7 @@
 import pytest
 import torch
 
-from lengthgen_lite.seeding import make_generator, seed_everything
+from lengthgen_lite.core.seeding import make_generator, seed_everything
 
 
 def test_seed_everything_repeats_and_pins_one_thread():

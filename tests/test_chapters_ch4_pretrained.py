@@ -4,8 +4,8 @@ import numpy as np
 import pytest
 import torch
 
-from lengthgen_lite import pretrained
-from lengthgen_lite.seeding import make_generator
+from lengthgen_lite.chapters import ch4_pretrained as pretrained
+from lengthgen_lite.core.seeding import make_generator
 
 
 @pytest.fixture(scope="module")

@@ -2,86 +2,108 @@ import numpy as np
 import pytest
 import torch
 
-from lengthgen_lite.model import ModelConfig, hook_names, run_with_cache
-from lengthgen_lite.retrieval import (
-    ATTN_OUT,
-    NORMED,
-    RetrievalTransformer,
+from lengthgen_lite.chapters.ch4_vanishing_variance import (
     argmax_near_misses,
     attention_output_samples,
     evaluate_rescaled,
     evaluate_retrieval,
-    retrieval_config,
+    loglog_slope,
+    random_head,
+    random_head_outputs,
     run_variants,
     scaled_attention_output,
+    shift_statistics,
     stack_field,
+    standardize,
 )
-from lengthgen_lite.seeding import make_generator, seed_everything
-from lengthgen_lite.tasks import ArgmaxRetrieval, DictionaryLookup
-from lengthgen_lite.training import TrainConfig, train
+from lengthgen_lite.core.model import RetrievalTransformer, retrieval_config
+from lengthgen_lite.core.seeding import make_generator, seed_everything
+from lengthgen_lite.core.tasks import ArgmaxRetrieval, DictionaryLookup
+from lengthgen_lite.core.training import TrainConfig, train
+
+
+def test_uniform_attention_gives_exactly_n_eff_equal_n_and_the_one_over_n_law():
+    head = random_head(d_model=16, seed=0)
+    stds = []
+    for N in (4, 64):
+        sample = random_head_outputs(head, N, 4000, logit_scale=0.0, generator=make_generator(N))
+        torch.testing.assert_close(sample.n_eff, torch.full((4000,), float(N)))
+        stds.append(sample.outputs[:, 0].std().item())
+    assert stds[0] / stds[1] == pytest.approx(4.0, rel=0.08)  # sqrt(64 / 4)
+    assert stds[0] == pytest.approx(head.value_std[0] / 2, rel=0.05)  # sigma / sqrt(4)
+
+
+def test_sharper_attention_means_fewer_effective_items_and_a_slower_decay():
+    head = random_head(d_model=16, seed=1)
+    n_eff = [random_head_outputs(head, 256, 200, s, make_generator(0)).n_eff.mean().item() for s in (0.0, 1.0, 3.0)]
+    assert n_eff[0] > n_eff[1] > n_eff[2] >= 1.0
+    slopes = []
+    for scale in (0.0, 3.0):
+        stds = [random_head_outputs(head, N, 1000, scale, make_generator(N)).outputs[:, 0].std().item() for N in (8, 64, 512)]
+        slopes.append(loglog_slope([8, 64, 512], stds))
+    assert slopes[0] == pytest.approx(-0.5, abs=0.05) and slopes[1] > slopes[0] + 0.1
+
+
+def test_chunking_does_not_change_the_draws():
+    head = random_head(d_model=8, seed=0)
+    a = random_head_outputs(head, 10, 50, 1.0, make_generator(3), chunk=7)
+    b = random_head_outputs(head, 10, 50, 1.0, make_generator(3), chunk=50)
+    torch.testing.assert_close(a.outputs, b.outputs)  # chunks draw the same numbers in order
+
+
+def test_loglog_slope_recovers_a_power():
+    N = np.array([4, 16, 64, 256])
+    assert loglog_slope(N, 3.0 * N**-0.5) == pytest.approx(-0.5)
+
+
+def test_shift_statistics_and_standardize():
+    x = torch.tensor([[1.0, 3.0], [3.0, 5.0], [5.0, 7.0]])
+    stats = shift_statistics(x)
+    np.testing.assert_allclose(stats.feature_var, [4.0, 4.0])  # unbiased variance over samples
+    assert stats.global_mean == pytest.approx(4.0) and stats.global_var == pytest.approx(1.0)
+    assert stats.median_feature_var == pytest.approx(4.0)
+    z = shift_statistics(standardize(torch.randn(100, 32, generator=make_generator(0)) * 5 + 2))
+    assert z.global_mean == pytest.approx(0.0, abs=1e-6) and z.global_var == pytest.approx(1.0, abs=1e-3)
+
+
+@pytest.mark.parametrize(
+    "call, message",
+    [
+        (lambda: random_head(d_model=0), "d_model must be"),
+        (lambda: random_head_outputs(random_head(4), 0, 2, 1.0, make_generator(0)), "N must be"),
+        (lambda: random_head_outputs(random_head(4), 3, 0, 1.0, make_generator(0)), "n_sequences must be"),
+        (lambda: random_head_outputs(random_head(4), 3, 2, 1.0, make_generator(0), chunk=0), "chunk must be"),
+        (lambda: random_head_outputs(random_head(4), 3, 2, -1.0, make_generator(0)), "logit_scale must be"),
+        (lambda: random_head_outputs(random_head(4), 3, 2, float("inf"), make_generator(0)), "logit_scale must be"),
+        (lambda: loglog_slope([1, 2], [1.0]), "same length"),
+        (lambda: loglog_slope([1], [1.0]), "same length >= 2"),
+        (lambda: loglog_slope([1, 2], [1.0, 0.0]), "positive and finite"),
+        (lambda: shift_statistics(torch.zeros(1, 4)), "samples >= 2"),
+        (lambda: shift_statistics(torch.zeros(4)), "samples >= 2"),
+    ],
+)
+def test_bad_input_raises(call, message):
+    with pytest.raises(ValueError, match=message):
+        call()
+
+
+def test_logit_std_matches_the_sampled_logits():
+    head = random_head(d_model=16, seed=2)
+    sample = random_head_outputs(head, 1, 1, 0.0, make_generator(0))  # (only to exercise the API)
+    x = torch.randn(20000, 16, generator=make_generator(1))
+    logits = 2.0 * x @ (head.w_k.T @ (head.w_q @ head.query)) / 4.0
+    assert head.logit_std(2.0) == pytest.approx(logits.std().item(), rel=0.03)
+    assert sample.n_eff.item() == pytest.approx(1.0)
+
 
 ARGMAX = ArgmaxRetrieval(n_classes=4, max_train_size=6)
+
+
 DICT = DictionaryLookup(n_keys=32, n_values=4, max_train_size=6)
 
 
 def small(task, variant):
     return retrieval_config(task, variant, d_model=16, n_heads=2, d_mlp=32)
-
-
-def test_config_per_variant():
-    assert retrieval_config(ARGMAX, "baseline").norm == "none"
-    cfg = retrieval_config(DICT, "standardize")
-    assert (cfg.norm, cfg.norm_kind, cfg.queries, cfg.causal, cfg.positional) == ("attn_out", "standardize", "last", False, "none")
-    assert cfg.vocab_size == DICT.vocab_size and cfg.n_outputs == 4
-    with pytest.raises(ValueError, match="variant='rmsnorm' is unknown"):
-        retrieval_config(DICT, "rmsnorm")
-
-
-@pytest.mark.parametrize("variant", ["baseline", "layernorm"])
-def test_logits_at_the_query_and_transformerlens_names(variant):
-    seed_everything(0)
-    model = RetrievalTransformer(small(DICT, variant))
-    batch = DICT.sample_train_batch(5, 6, make_generator(0))
-    logits, cache = run_with_cache(model, batch.inputs)
-    assert logits.shape == (5, 1, 4)
-    assert cache["blocks.0.attn.hook_pattern"].shape == (5, 2, 1, 7)  # the query row over N + 1 keys
-    assert cache[ATTN_OUT].shape == (5, 1, 16)
-    assert (NORMED in hook_names(model)) == (variant == "layernorm")
-
-
-def test_the_model_sees_a_set_order_does_not_matter():
-    seed_everything(1)
-    model = RetrievalTransformer(small(ARGMAX, "layernorm")).eval()
-    inputs = ARGMAX.sample_train_batch(4, 6, make_generator(1)).inputs
-    shuffled = torch.cat([inputs[:, torch.tensor([5, 3, 1, 0, 2, 4])], inputs[:, -1:]], dim=1)
-    torch.testing.assert_close(model(inputs), model(shuffled))
-
-
-def test_query_only_attention_matches_full_attention_at_the_query():
-    seed_everything(2)
-    last = RetrievalTransformer(small(DICT, "layernorm")).eval()
-    full = RetrievalTransformer(ModelConfig(**{**small(DICT, "layernorm").__dict__, "queries": "all"})).eval()
-    full.load_state_dict(last.state_dict())
-    inputs = DICT.sample_train_batch(4, 6, make_generator(2)).inputs
-    torch.testing.assert_close(last(inputs), full(inputs))
-
-
-def test_absent_tokens_add_nothing():
-    seed_everything(3)
-    model = RetrievalTransformer(small(ARGMAX, "baseline"))
-    inputs = torch.tensor([[[0.5, 2.0, -1.0], [0.0, 4.0, -1.0]]])
-    with torch.no_grad():
-        _, cache = run_with_cache(model, inputs, names=["hook_embed"])
-        expected = model.embed.weight[2] + 0.5 * model.priority_embed.weight[:, 0]
-    torch.testing.assert_close(cache["hook_embed"][0, 0], expected)
-
-
-def test_bad_inputs_raise():
-    model = RetrievalTransformer(small(ARGMAX, "baseline"))
-    with pytest.raises(ValueError, match="packed items"):
-        model(torch.zeros(2, 3, 2))
-    with pytest.raises(ValueError, match="packed items"):
-        model(torch.zeros(2, 3, 3, dtype=torch.long))
 
 
 def test_training_learns_dictionary_lookup_and_evaluation_reports_it():
@@ -128,16 +150,6 @@ def test_run_variants_trains_each_variant_once_and_pairs_the_seeds():
     assert list(runs) == ["baseline", "layernorm", "standardize"]
     assert runs["layernorm"].field("accuracy").shape == (2, 2) and runs["baseline"].result.loss.shape == (5, 2)
     assert not np.array_equal(runs["baseline"].result.loss, runs["standardize"].result.loss)
-
-
-def test_the_norms_add_no_random_parameters_so_a_seed_starts_every_variant_alike():
-    models = {}
-    for variant in ("baseline", "layernorm", "standardize"):
-        seed_everything(2)  # what train does for seed 1
-        models[variant] = RetrievalTransformer(small(ARGMAX, variant)).state_dict()
-    for name, weight in models["baseline"].items():
-        torch.testing.assert_close(models["layernorm"][name], weight)
-        torch.testing.assert_close(models["standardize"][name], weight)
 
 
 def test_stack_field_errors():

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import torch
 
-from lengthgen_lite.averaging import (
+from lengthgen_lite.core.averaging import (
     BEMA,
     EMA,
     average_trajectory,
@@ -14,9 +14,10 @@ from lengthgen_lite.averaging import (
     make_bema,
     make_ema,
 )
-from lengthgen_lite.model import ModelConfig
-from lengthgen_lite.tasks import SetComplement
-from lengthgen_lite.training import TrainConfig, train
+from lengthgen_lite.core.model import ModelConfig
+from lengthgen_lite.core.tasks import SetComplement
+from lengthgen_lite.core.training import TrainConfig, train
+
 
 TASK = SetComplement(v=8, train_length=3)
 MODEL = ModelConfig(vocab_size=8, d_model=16, norm="attn_out")
