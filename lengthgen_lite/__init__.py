@@ -1,11 +1,15 @@
 """lengthgen_lite: tasks, a small inspectable transformer, one training loop, metrics and theory
-for the book *lengthgen-lite* (length generalisation on set complement and retrieval tasks)."""
+for the book *lengthgen-lite* (length generalisation on set complement and retrieval tasks).
 
-from .evaluation import LengthTable, evaluate_set_complement
-from .model import ModelConfig, Transformer, hook_names, run_with_cache
-from .seeding import make_generator, seed_everything
-from .tasks import Batch, SetComplement, enumerate_sequences, sample_next_tokens, sample_sequences, seen_mask, target_distribution
-from .training import TrainConfig, TrainResult, train
+Layout: ``core`` is the shared library, ``chapters.chN_*`` holds one chapter's experiments (built
+on ``core``), ``viz`` draws (``viz.common`` plus ``viz.chN_*`` mirroring the chapters).
+"""
+
+from .core.evaluation import LengthTable, evaluate_set_complement
+from .core.model import ModelConfig, Transformer, hook_names, run_with_cache
+from .core.seeding import make_generator, seed_everything
+from .core.tasks import Batch, SetComplement, enumerate_sequences, sample_next_tokens, sample_sequences, seen_mask, target_distribution
+from .core.training import TrainConfig, TrainResult, train
 
 __all__ = [
     "Batch",

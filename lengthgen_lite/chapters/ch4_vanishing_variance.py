@@ -1,0 +1,329 @@
+"""Vanishing variance (chapter 4): the Monte-Carlo law, the distribution-shift statistics, and
+the retrieval experiments (runner, per-N evaluation, interventions).
+
+A single attention head with a fixed query over N i.i.d. items outputs ``o = sum_i a_i v_i``. With
+uniform weights ``Var(o_j) = sigma_j^2 / N``; with weights independent of zero-mean values
+``Var(o_j) = sigma_j^2 E[1 / N_eff]``, ``N_eff = 1 / sum_i a_i^2``. ``random_head_outputs`` samples
+``o`` so a notebook can check both; ``shift_statistics`` summarises any [samples, d] set of outputs.
+
+The retrieval model itself (``RetrievalTransformer``, ``retrieval_config``) and the two tasks live
+in :mod:`lengthgen_lite.core`; here every variant is trained (:func:`run_variants`) and read at
+every set size N (:func:`evaluate_retrieval`): accuracy, attention, and the shift statistics before
+(``blocks.0.hook_attn_out``) and after (``blocks.0.ln_attn_out.hook_normalized``) the norm.
+"""
+
+from __future__ import annotations
+
+import math
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Iterator, Sequence
+
+import numpy as np
+import torch
+from torch import Tensor, nn
+
+from ..core import metrics
+from ..core.model import RETRIEVAL_VARIANTS, RetrievalTransformer, retrieval_config, run_with_cache
+from ..core.seeding import make_generator
+from ..core.tasks import ArgmaxRetrieval, RetrievalTask
+from ..core.training import TrainConfig, TrainResult, train
+
+
+@dataclass(frozen=True)
+class RandomHead:
+    """One random head: W_Q, W_K, W_V ~ N(0, 1/d_model) entries, a fixed query q ~ N(0, I)."""
+
+    w_q: Tensor  # [d_model, d_model]
+    w_k: Tensor  # [d_model, d_model]
+    w_v: Tensor  # [d_model, d_model]
+    query: Tensor  # [d_model]
+
+    @property
+    def d_model(self) -> int:
+        return self.query.shape[0]
+
+    def logit_std(self, logit_scale: float) -> float:
+        """tau: the std of the logits s_i for x ~ N(0, I) (they are Gaussian, N(0, tau^2))."""
+        return float(logit_scale * (self.w_k.T @ (self.w_q @ self.query)).norm() / math.sqrt(self.d_model))
+
+    @property
+    def value_std(self) -> np.ndarray:
+        """sigma_j = std of v_ij = ||row j of W_V|| for x ~ N(0, I): [d_model]."""
+        return self.w_v.norm(dim=1).numpy()
+
+
+def random_head(d_model: int = 64, seed: int = 0) -> RandomHead:
+    """The head's weights, fixed by ``seed`` (its own generator: independent of the items' stream)."""
+    if not isinstance(d_model, int) or isinstance(d_model, bool) or d_model < 1:
+        raise ValueError(f"d_model must be a positive int, got {d_model!r}")
+    g = make_generator(seed)
+    w_q, w_k, w_v = (torch.randn(d_model, d_model, generator=g) / math.sqrt(d_model) for _ in range(3))
+    return RandomHead(w_q, w_k, w_v, torch.randn(d_model, generator=g))
+
+
+@dataclass(frozen=True)
+class HeadSample:
+    """Outputs of one head on ``n_sequences`` fresh sets of N items."""
+
+    outputs: Tensor  # [n_sequences, d_model]: o = sum_i a_i W_V x_i
+    n_eff: Tensor  # [n_sequences]: 1 / sum_i a_i^2
+
+
+@torch.no_grad()
+def random_head_outputs(
+    head: RandomHead, N: int, n_sequences: int, logit_scale: float, generator: torch.Generator, chunk: int = 128
+) -> HeadSample:
+    """Sample x_i ~ N(0, I), i = 1..N, ``n_sequences`` times; logits ``logit_scale q W_Q^T W_K x_i / sqrt(d)``.
+
+    ``logit_scale`` sets the sharpness: 0 gives exactly uniform attention, larger is sharper.
+    Sequences are drawn ``chunk`` at a time so N = 1024 fits in memory.
+    """
+    for name, value in (("N", N), ("n_sequences", n_sequences), ("chunk", chunk)):
+        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+            raise ValueError(f"{name} must be a positive int, got {value!r}")
+    if not math.isfinite(logit_scale) or logit_scale < 0:
+        raise ValueError(f"logit_scale must be a finite number >= 0, got {logit_scale!r}")
+    d = head.d_model
+    key_direction = head.w_k.T @ (head.w_q @ head.query) / math.sqrt(d)  # [d]: s_i = x_i . key_direction
+    outputs, n_eff = [], []
+    for start in range(0, n_sequences, chunk):
+        x = torch.randn(min(chunk, n_sequences - start), N, d, generator=generator)  # [chunk, N, d]
+        weights = (logit_scale * (x @ key_direction)).softmax(dim=-1)  # [chunk, N]
+        outputs.append(torch.einsum("bn,bnd->bd", weights, x @ head.w_v.T))  # [chunk, d]
+        n_eff.append(1.0 / weights.square().sum(dim=-1))
+    return HeadSample(torch.cat(outputs), torch.cat(n_eff))
+
+
+def loglog_slope(N: Sequence[float], y: Sequence[float]) -> float:
+    """Least-squares slope of log y against log N: -1/2 for y ~ N^(-1/2)."""
+    n, v = np.asarray(N, dtype=float), np.asarray(y, dtype=float)
+    if n.ndim != 1 or n.shape != v.shape or n.size < 2:
+        raise ValueError(f"N and y must be 1-D of the same length >= 2, got shapes {n.shape} and {v.shape}")
+    if (n <= 0).any() or (v <= 0).any() or not np.isfinite(v).all():
+        raise ValueError("N and y must be positive and finite for a log-log fit")
+    return float(np.polyfit(np.log(n), np.log(v), 1)[0])
+
+
+@dataclass(frozen=True)
+class ShiftStatistics:
+    """The paper's distribution-shift statistics of a set of output vectors [samples, d]."""
+
+    feature_var: np.ndarray  # [d]: Var over samples of each fixed component o_j
+    global_mean: float  # E over samples of (1/d) sum_j o_j
+    global_var: float  # E over samples of (1/d) sum_j (o_j - mean_j o)^2
+
+    @property
+    def median_feature_var(self) -> float:
+        return float(np.median(self.feature_var))
+
+
+def shift_statistics(outputs: Tensor) -> ShiftStatistics:
+    """Per-feature variance across samples, and the per-vector (global) mean and variance, averaged."""
+    if outputs.dim() != 2 or outputs.shape[0] < 2:
+        raise ValueError(f"outputs must be [samples >= 2, d], got {tuple(outputs.shape)}")
+    x = outputs.double()
+    return ShiftStatistics(
+        feature_var=x.var(dim=0).numpy(),
+        global_mean=float(x.mean(dim=1).mean()),
+        global_var=float(x.var(dim=1, unbiased=False).mean()),
+    )
+
+
+def standardize(outputs: Tensor, eps: float = 1e-5) -> Tensor:
+    """(o - mean(o)) / std(o) over the last (feature) axis: LayerNorm without its affine."""
+    return torch.nn.functional.layer_norm(outputs, outputs.shape[-1:], eps=eps)
+
+
+# --- the retrieval experiments -------------------------------------------------------------------
+
+ATTN_OUT = "blocks.0.hook_attn_out"
+NORMED = "blocks.0.ln_attn_out.hook_normalized"
+PATTERN = "blocks.0.attn.hook_pattern"
+# The book's choices (the paper gives none): N ~ U{2..16} in training, AdamW, cosine schedule.
+RETRIEVAL_TRAIN = TrainConfig(steps=1000, batch=64, lr=3e-3, warmup=100, schedule="cosine", weight_decay=0.01)
+TEST_SIZES = (8, 16, 32, 64, 128, 256, 512, 1024)
+
+
+@contextmanager
+def scaled_attention_output(model: nn.Module, scale: float | Tensor) -> Iterator[None]:
+    """Multiply layer 0's attention output (before any norm) by ``scale`` while the context is open.
+
+    An intervention, not a recording: it tests whether restoring the output's scale alone restores
+    accuracy. ``scale`` is a number or a tensor broadcasting against [batch, pos, d_model].
+    """
+    hook = dict(model.named_modules())[ATTN_OUT]
+    handle = hook.register_forward_hook(lambda _m, _i, out: out * scale)
+    try:
+        yield
+    finally:
+        handle.remove()
+
+
+@dataclass(frozen=True)
+class RetrievalTable:
+    """Per-N evaluation of one model: each field is a [len(N)] array (means over samples)."""
+
+    N: np.ndarray
+    n_samples: int  # test sets per N
+    seed: int  # evaluation seed: the same seed means the same test sets
+    accuracy: np.ndarray
+    target_attention: np.ndarray  # attention mass on the correct item, best head (see evaluate_retrieval)
+    n_eff: np.ndarray  # 1 / sum_i a_i^2 over the N + 1 keys, mean over heads
+    attn_out_rms: np.ndarray  # sqrt(mean_j o_j^2) of the attention output at the query, before the norm
+    feature_var: np.ndarray  # [len(N), n_components]: Var over samples of components 0..n_components-1
+    median_feature_var: np.ndarray  # median over all d_model components
+    global_mean: np.ndarray
+    global_var: np.ndarray
+    normed_feature_var: np.ndarray | None  # the same after the norm (None for the baseline)
+    normed_median_feature_var: np.ndarray | None
+    normed_global_mean: np.ndarray | None
+    normed_global_var: np.ndarray | None
+
+
+@torch.no_grad()
+def evaluate_retrieval(
+    model: nn.Module,
+    task: RetrievalTask,
+    sizes: Sequence[int],
+    n_samples: int = 500,
+    seed: int = 0,
+    n_components: int = 3,
+    scale: Sequence[float] | None = None,
+) -> RetrievalTable:
+    """Accuracy, attention and the shift statistics of ``model`` at every N in ``sizes``.
+
+    The same ``seed`` gives every model the same test sets. ``target_attention`` is the mass the
+    best head (largest mean mass) puts on the correct item. ``scale[i]``, if given, multiplies the
+    attention output at ``sizes[i]`` (see :func:`scaled_attention_output`).
+    """
+    if not sizes or any(not isinstance(n, int) or n < 1 for n in sizes):
+        raise ValueError(f"sizes must be a non-empty list of positive ints, got {sizes!r}")
+    if scale is not None and len(scale) != len(sizes):
+        raise ValueError(f"scale must have one entry per size ({len(sizes)}), got {len(scale)}")
+    normed = NORMED in dict(model.named_modules())
+    names = [PATTERN, ATTN_OUT] + ([NORMED] if normed else [])
+    rows: dict[str, list] = {}
+    for i, N in enumerate(sizes):
+        batch = task.sample_train_batch(n_samples, N, make_generator(seed * 100_003 + N))
+        with scaled_attention_output(model, 1.0 if scale is None else float(scale[i])):
+            logits, cache = run_with_cache(model, batch.inputs, names=names)
+        pattern = cache[PATTERN][:, :, -1]  # [samples, head, N + 1] (the query's row)
+        target = task.target_item(batch.inputs)  # [samples]
+        on_target = pattern.gather(-1, target.view(-1, 1, 1).expand(-1, pattern.shape[1], 1)).squeeze(-1)
+        row = {
+            "accuracy": (logits[:, -1].argmax(-1) == batch.targets[:, -1].argmax(-1)).float().mean().item(),
+            "target_attention": on_target.mean(0).max().item(),
+            "n_eff": metrics.effective_tokens(pattern).mean().item(),
+        }
+        for prefix, name in (("", ATTN_OUT),) + ((("normed_", NORMED),) if normed else ()):
+            out = cache[name][:, -1]  # [samples, d_model] at the query
+            stats = shift_statistics(out)
+            row |= {
+                f"{prefix}feature_var": stats.feature_var[:n_components],
+                f"{prefix}median_feature_var": stats.median_feature_var,
+                f"{prefix}global_mean": stats.global_mean,
+                f"{prefix}global_var": stats.global_var,
+            }
+            if not prefix:
+                row["attn_out_rms"] = out.square().mean(-1).sqrt().mean().item()
+        for key, value in row.items():
+            rows.setdefault(key, []).append(value)
+    arrays = {key: np.asarray(value) for key, value in rows.items()}
+    missing = {f"normed_{k}": None for k in ("feature_var", "median_feature_var", "global_mean", "global_var")}
+    return RetrievalTable(N=np.asarray(sizes), n_samples=n_samples, seed=seed, **{**missing, **arrays})
+
+
+@torch.no_grad()
+def attention_output_samples(
+    model: nn.Module, task: RetrievalTask, N: int, n_samples: int = 500, seed: int = 0
+) -> tuple[Tensor, Tensor | None]:
+    """The query's attention output on ``n_samples`` test sets of size N, before and after the norm:
+    ([samples, d_model], [samples, d_model] or None without a norm). Same test sets as evaluate_retrieval."""
+    normed = NORMED in dict(model.named_modules())
+    batch = task.sample_train_batch(n_samples, N, make_generator(seed * 100_003 + N))
+    _, cache = run_with_cache(model, batch.inputs, names=[ATTN_OUT] + ([NORMED] if normed else []))
+    return cache[ATTN_OUT][:, -1], cache[NORMED][:, -1] if normed else None
+
+
+def stack_field(tables: Sequence[RetrievalTable], field: str) -> np.ndarray:
+    """One RetrievalTable field across seeds: [K, len(N)] (or [K, len(N), ...])."""
+    if not tables:
+        raise ValueError("tables must hold at least one RetrievalTable")
+    values = [getattr(table, field) for table in tables]
+    if any(v is None for v in values):
+        raise ValueError(f"field {field!r} is missing (None) in some tables: a model without a norm has no normed_*")
+    return np.stack(values)
+
+
+@dataclass
+class VariantRun:
+    """One variant trained over K seeds (one batched ``train`` call) and evaluated per seed."""
+
+    result: TrainResult
+    tables: list[RetrievalTable]
+
+    def field(self, name: str) -> np.ndarray:
+        return stack_field(self.tables, name)
+
+
+def run_variants(
+    task: RetrievalTask,
+    variants: Sequence[str] = tuple(RETRIEVAL_VARIANTS),
+    seeds: Sequence[int] = (0, 1, 2),
+    train_cfg: TrainConfig = RETRIEVAL_TRAIN,
+    sizes: Sequence[int] = TEST_SIZES,
+    n_samples: int = 500,
+    progress: bool = True,
+    **model_overrides: object,
+) -> dict[str, VariantRun]:
+    """Train every variant on ``task`` (all seeds in one ``train`` call each) and evaluate at ``sizes``.
+
+    Every model is tested on the same sets (evaluation seed 0).
+    """
+    runs = {}
+    for variant in variants:
+        cfg = retrieval_config(task, variant, **model_overrides)
+        result = train(cfg, task, train_cfg, seeds=list(seeds), model_class=RetrievalTransformer,
+                       progress=progress, desc=f"{type(task).__name__}, {variant}")
+        runs[variant] = VariantRun(result, [evaluate_retrieval(m, task, sizes, n_samples) for m in result.models])
+    return runs
+
+
+def evaluate_rescaled(model: nn.Module, task: RetrievalTask, table: RetrievalTable, reference_size: int = 16) -> RetrievalTable:
+    """Re-evaluate on ``table``'s test sets with the attention output rescaled, at every N, to the
+    mean RMS it had at ``reference_size`` (a training size): a norm bolted on at test time."""
+    sizes = [int(n) for n in table.N]
+    if reference_size not in sizes:
+        raise ValueError(f"reference_size={reference_size} is not among the table's sizes {sizes}")
+    scale = table.attn_out_rms[sizes.index(reference_size)] / table.attn_out_rms
+    return evaluate_retrieval(model, task, sizes, n_samples=table.n_samples, seed=table.seed, scale=list(scale))
+
+
+@dataclass(frozen=True)
+class NearMisses:
+    """How argmax retrieval goes wrong at one N."""
+
+    error_rate: float
+    near_miss: float  # among errors: the predicted label is held by one of the runner-up items
+    chance: float  # the same for a uniformly random wrong label: 1 - (1 - 1/n_classes)^runners_up
+
+
+@torch.no_grad()
+def argmax_near_misses(
+    model: nn.Module, task: ArgmaxRetrieval, N: int, n_samples: int = 500, seed: int = 0, runners_up: int = 4
+) -> NearMisses:
+    """Are the errors confusions with the next-highest priorities (near-ties), or arbitrary?"""
+    if not isinstance(runners_up, int) or not 1 <= runners_up < N:
+        raise ValueError(f"runners_up must be an int in 1..N-1 = 1..{N - 1}, got {runners_up!r}")
+    batch = task.sample_train_batch(n_samples, N, make_generator(seed * 100_003 + N))
+    predicted = model(batch.inputs)[:, -1].argmax(-1)  # [samples]
+    order = batch.inputs[:, :-1, 0].argsort(dim=-1, descending=True)  # items by priority
+    labels = batch.inputs[:, :-1, 1].long().gather(1, order[:, 1 : 1 + runners_up])  # [samples, runners_up]
+    wrong = predicted != batch.targets[:, -1].argmax(-1)
+    held = (labels == predicted.unsqueeze(-1)).any(-1)
+    return NearMisses(
+        error_rate=wrong.float().mean().item(),
+        near_miss=held[wrong].float().mean().item() if wrong.any() else float("nan"),
+        chance=1 - (1 - 1 / task.n_classes) ** runners_up,
+    )

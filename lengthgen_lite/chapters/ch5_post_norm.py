@@ -1,0 +1,215 @@
+"""Norm placements on set complement: a runner, a tidy summary, and what the output norm does.
+Chapter 5.
+
+Every run is the chapter-1 baseline (:mod:`.ch1_set_complement`) with only the norm placement
+(and, for the first paper version's remedy, dropout) changed; a configuration's seeds train in one
+batched :func:`~lengthgen_lite.core.training.train` call.
+
+The mechanism measurements ask one question: is the gap kept by a sharper attention pattern, or
+by the norm dividing a still-uniform average by its shrinking spread? :func:`gap_profile` records
+both, and re-runs the model with the norm's divisor frozen to a constant (:func:`frozen_divisor`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, replace
+from typing import get_args
+
+import numpy as np
+import torch
+from torch import Tensor, nn
+
+from ..core import metrics
+from ..core.evaluation import LengthTable, evaluate_seeds
+from ..core.model import NormPlacement, run_with_cache
+from ..core.seeding import make_generator
+from ..core.tasks import sample_sequences, seen_mask
+from ..core.training import TargetKind, TrainResult, train
+from .ch1_set_complement import SEEDS, TRAIN_LENGTH, baseline_setup
+
+PLACEMENTS: tuple[str, ...] = get_args(NormPlacement)
+
+# The norm whose input contains the attention average, by placement. "pre" normalises only the
+# token embeddings before attention, and "none" has no norm: neither can rescale the average.
+OUTPUT_NORM: dict[str, str] = {"post": "blocks.0.ln1", "pre_final": "ln_final", "attn_out": "blocks.0.ln_attn_out"}
+
+
+@dataclass
+class PlacementRun:
+    """One configuration trained over several seeds, scored at every prefix length."""
+
+    norm: str
+    targets: str
+    attn_dropout: float
+    resid_dropout: float
+    result: TrainResult  # .models: one trained model per seed
+    tables: list[LengthTable]  # one per seed, on the same test sequences
+
+    @property
+    def label(self) -> str:
+        """``norm=post``, plus the dropout rates when there are any."""
+        return _label(self.norm, self.attn_dropout, self.resid_dropout)
+
+
+def _label(norm: str, attn_dropout: float, resid_dropout: float) -> str:
+    rates = (("attn_dropout", attn_dropout), ("resid_dropout", resid_dropout))
+    return ", ".join([f"norm={norm}", *(f"{name}={p:g}" for name, p in rates if p)])
+
+
+def run_placement(
+    norm: str,
+    targets: TargetKind,
+    seeds: Sequence[int] = SEEDS,
+    *,
+    attn_dropout: float = 0.0,
+    resid_dropout: float = 0.0,
+    steps: int | None = None,
+    progress: bool = True,
+) -> PlacementRun:
+    """Train the chapter-1 baseline with this norm placement (and dropout) on every seed at once.
+
+    ``steps`` overrides the baseline's number of training steps (None: keep it).
+    """
+    task, model_cfg, train_cfg = baseline_setup(targets, norm)  # validates norm and targets
+    model_cfg = replace(model_cfg, attn_dropout=attn_dropout, resid_dropout=resid_dropout)  # validates rates
+    if steps is not None:
+        if not isinstance(steps, int) or isinstance(steps, bool) or steps < 1:
+            raise ValueError(f"steps must be a positive int or None (the baseline's), got {steps!r}")
+        train_cfg = replace(train_cfg, steps=steps, warmup=min(train_cfg.warmup, steps))
+    desc = f"{targets} targets, {_label(norm, attn_dropout, resid_dropout)}"
+    result = train(model_cfg, task, train_cfg, seeds, progress=progress, desc=desc)
+    return PlacementRun(norm, targets, attn_dropout, resid_dropout, result, evaluate_seeds(result.models, task.v))
+
+
+def _length_ranges(s: np.ndarray, train_length: int) -> tuple[np.ndarray, np.ndarray]:
+    if not isinstance(train_length, int) or not 1 <= train_length < int(s.max()):
+        raise ValueError(f"train_length must be an int in 1..{int(s.max()) - 1} (some longer s must remain), got {train_length!r}")
+    return s <= train_length, s > train_length
+
+
+def summary_rows(runs: Sequence[PlacementRun], train_length: int = TRAIN_LENGTH) -> list[dict[str, object]]:
+    """One tidy row per (run, seed): TV at the training lengths and beyond, invalid mass beyond,
+    TV at the longest length, and the logit gap at s = 1 and at the longest s."""
+    if not runs:
+        raise ValueError("runs must hold at least one PlacementRun")
+    rows = []
+    for run in runs:
+        for seed, table in zip(run.result.seeds, run.tables):
+            inside, beyond = _length_ranges(table.s, train_length)
+            rows.append(
+                {
+                    "norm": run.norm,
+                    "targets": run.targets,
+                    "attn_dropout": run.attn_dropout,
+                    "resid_dropout": run.resid_dropout,
+                    "seed": seed,
+                    "tv_train": float(table.tv[inside].mean()),
+                    "tv_beyond": float(table.tv[beyond].mean()),
+                    "invalid_beyond": float(table.invalid_mass[beyond].mean()),
+                    "tv_longest": float(table.tv[-1]),
+                    "gap_first": float(table.logit_gap[0]),
+                    "gap_longest": float(table.logit_gap[-1]),
+                }
+            )
+    return rows
+
+
+def seed_values(rows: Sequence[dict[str, object]], column: str, **where: object) -> np.ndarray:
+    """``column`` of the rows matching ``where`` (e.g. ``norm="post", targets="soft"``), in seed order."""
+    chosen = [row for row in rows if all(row.get(key) == value for key, value in where.items())]
+    if not chosen:
+        raise ValueError(f"no row matches {where!r}")
+    if column not in chosen[0]:
+        raise ValueError(f"column {column!r} is unknown; rows have {sorted(chosen[0])}")
+    return np.array([row[column] for row in sorted(chosen, key=lambda row: row["seed"])], dtype=float)
+
+
+@contextmanager
+def frozen_divisor(model: nn.Module, name: str, divisor: float) -> Iterator[None]:
+    """Inside the block, the norm ``name`` divides by the constant ``divisor`` instead of each
+    vector's own std; its centring, gain and bias are kept. Removes the rescaling and nothing else."""
+    if not divisor > 0:
+        raise ValueError(f"divisor must be positive, got {divisor!r}")
+    layer_norm = model.get_submodule(name).layer_norm
+
+    def hook(module: nn.LayerNorm, inputs: tuple[Tensor, ...], output: Tensor) -> Tensor:
+        x = inputs[0]
+        y = (x - x.mean(dim=-1, keepdim=True)) / divisor
+        return y if module.weight is None else y * module.weight + module.bias
+
+    handle = layer_norm.register_forward_hook(hook)
+    try:
+        yield
+    finally:
+        handle.remove()
+
+
+@dataclass(frozen=True)
+class GapProfile:
+    """One trained model at every prefix length s = 1..v-1: means over the test sequences."""
+
+    s: np.ndarray
+    gap: np.ndarray  # logit gap: smallest legal minus largest illegal logit
+    frozen_gap: np.ndarray  # the same with the output norm's divisor frozen (= gap without one)
+    divisor: np.ndarray  # what the output norm divides by, sqrt(var + eps) over features (nan: none)
+    attn_out_std: np.ndarray  # std over features of the attention output W_O z (hook_attn_out)
+    entropy_ratio: np.ndarray  # attention entropy / log s (1: uniform over the s seen tokens)
+    max_attention_ratio: np.ndarray  # s * largest attention weight (1: uniform; s: all on one token)
+
+
+@torch.no_grad()
+def gap_profile(model: nn.Module, n_sequences: int = 2000, seed: int = 0, train_length: int = TRAIN_LENGTH) -> GapProfile:
+    """Measure the gap, the attention's sharpness and the output norm's divisor at every ``s``.
+
+    The frozen divisor is the mean divisor over the training lengths ``s = 1..train_length``: at
+    those lengths the frozen model is close to the real one, and beyond them it shows what the gap
+    would be if the norm stopped rescaling.
+    """
+    v = model.cfg.vocab_size
+    tokens = sample_sequences(v, v - 1, n_sequences, make_generator(seed))  # [batch, v-1]
+    seen = seen_mask(tokens, v)
+    s = np.arange(1, v)
+    inside, _ = _length_ranges(s, train_length)
+    names = ["blocks.0.attn.hook_pattern", "blocks.0.hook_attn_out"]
+    norm_name = OUTPUT_NORM.get(model.cfg.norm)
+    inputs: list[Tensor] = []
+    handle = None
+    if norm_name is not None:  # record what the output norm receives
+        layer_norm = model.get_submodule(norm_name).layer_norm
+        handle = layer_norm.register_forward_hook(lambda _m, i, _o: inputs.append(i[0]))
+    try:
+        logits, cache = run_with_cache(model, tokens, names=names)
+    finally:
+        if handle is not None:
+            handle.remove()
+    gap = metrics.logit_gap(logits, seen).mean(0).numpy()  # [v-1]
+    pattern = cache["blocks.0.attn.hook_pattern"]  # [batch, head, query_pos, key_pos]
+    entropy = metrics.attention_entropy(pattern).mean(1).mean(0)  # [v-1]
+    entropy_ratio = (entropy / torch.log(torch.arange(1, v)).clamp_min(1e-30)).numpy()
+    entropy_ratio[0] = 1.0  # s = 1: one key, uniform by definition
+    max_ratio = (metrics.max_attention(pattern).mean(1).mean(0) * torch.arange(1, v)).numpy()
+    attn_out_std = cache["blocks.0.hook_attn_out"].std(dim=-1, unbiased=False).mean(0).numpy()
+    if norm_name is None:
+        divisor = np.full(v - 1, np.nan)
+        frozen_gap = gap
+    else:
+        eps = model.get_submodule(norm_name).layer_norm.eps
+        divisor = (inputs[0].var(dim=-1, unbiased=False) + eps).sqrt().mean(0).numpy()  # [v-1]
+        with frozen_divisor(model, norm_name, float(divisor[inside].mean())):
+            frozen_logits, _ = run_with_cache(model, tokens, names=[])
+        frozen_gap = metrics.logit_gap(frozen_logits, seen).mean(0).numpy()
+    return GapProfile(s, gap, frozen_gap, divisor, attn_out_std, entropy_ratio, max_ratio)
+
+
+PROFILE_FIELDS = ("gap", "frozen_gap", "divisor", "attn_out_std", "entropy_ratio", "max_attention_ratio")
+
+
+def stack_profile(profiles: Sequence[GapProfile], field: str) -> np.ndarray:
+    """One field of several profiles (one per seed) as a [K, len(s)] array, for plots and asserts."""
+    if not profiles:
+        raise ValueError("profiles must hold at least one GapProfile")
+    if field not in PROFILE_FIELDS:
+        raise ValueError(f"field {field!r} is unknown; allowed: {PROFILE_FIELDS}")
+    return np.stack([getattr(profile, field) for profile in profiles])

@@ -1,0 +1,23 @@
+"""The shared library: seeding, tasks, models, the one training loop, averagers, metrics and
+evaluation. Every chapter builds on it; it knows nothing of chapters or of drawing.
+
+The names imported below are the core's public API (``from lengthgen_lite.core import train``).
+"""
+
+from .averaging import BEMA, EMA, make_bema, make_ema
+from .evaluation import LengthTable, PrefixProfile, evaluate_seeds, evaluate_set_complement, prefix_profile
+from .model import ModelConfig, RetrievalTransformer, Transformer, hook_names, retrieval_config, run_with_cache
+from .seeding import make_generator, seed_everything
+from .tasks import (
+    ArgmaxRetrieval,
+    Batch,
+    DictionaryLookup,
+    SetComplement,
+    Task,
+    enumerate_sequences,
+    sample_next_tokens,
+    sample_sequences,
+    seen_mask,
+    target_distribution,
+)
+from .training import TrainConfig, TrainResult, train

@@ -1,0 +1,155 @@
+"""Chapter 2's figures: the attention pattern as a heatmap, and the slider of one example's
+attention, prediction and attention entropy at length s.
+
+:func:`dispersion_draw` turns precomputed arrays into a ``draw(s, example) -> go.Figure`` for
+:func:`~lengthgen_lite.viz.sliders.static_slider_figure` and
+:func:`~lengthgen_lite.viz.sliders.live_slider`. Every frame has the same traces in the same
+order, and the axis ranges are fixed, so the static slider only swaps data.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import plotly.graph_objects as go
+import seaborn as sns
+from matplotlib.axes import Axes
+from plotly.subplots import make_subplots
+
+from .common import ensure_axes
+from .style import PALETTE
+
+
+@dataclass(frozen=True)
+class DispersionGrid:
+    """What the slider shows, for ``n`` example sequences of length ``L`` over ``v`` tokens."""
+
+    tokens: np.ndarray  # [n, L] token ids
+    pattern: np.ndarray  # [n, L, L] attention [query_pos, key_pos] (layer 0, head 0)
+    probs: np.ndarray  # [n, L, v] model's next-token distribution after each prefix
+    targets: np.ndarray  # [n, L, v] p* after each prefix
+    entropy: np.ndarray  # [n, L] attention entropy (nats) of each query row
+
+    def __post_init__(self) -> None:
+        n, length = np.shape(self.tokens)
+        v = np.shape(self.probs)[-1]
+        expected = {
+            "pattern": (n, length, length),
+            "probs": (n, length, v),
+            "targets": (n, length, v),
+            "entropy": (n, length),
+        }
+        for name, shape in expected.items():
+            if np.shape(getattr(self, name)) != shape:
+                got = np.shape(getattr(self, name))
+                raise ValueError(f"{name} must have shape {shape} (tokens are {(n, length)}), got {got}")
+
+
+def dispersion_draw(grid: DispersionGrid) -> Callable[..., go.Figure]:
+    """``draw(s, example)``: three panels for prefix length ``s`` (1..L) of sequence ``example``."""
+    n, length = grid.tokens.shape
+    v = grid.probs.shape[-1]
+    lengths = np.arange(1, length + 1)
+    top = 1.05 * max(1.0, float(np.max(grid.probs)))
+    entropy_top = 1.1 * max(float(np.log(length)), float(np.max(grid.entropy)))
+
+    def draw(s: int, example: int) -> go.Figure:
+        if not 1 <= s <= length or not 0 <= example < n:
+            raise ValueError(f"need 1 <= s <= {length} and 0 <= example < {n}, got s={s!r}, example={example!r}")
+        tokens = grid.tokens[example]
+        row = grid.pattern[example, s - 1]
+        seen = np.isin(np.arange(v), tokens[:s])
+        entropy = grid.entropy[example]
+        fig = make_subplots(
+            rows=1,
+            cols=3,
+            column_widths=[0.36, 0.36, 0.28],
+            subplot_titles=("attention of the last query", "next-token distribution", "attention entropy"),
+        )
+        dashed = {"dash": "dash", "color": "#333"}
+        weights = [float(a) if k < s else None for k, a in enumerate(row)]  # keys after s do not exist yet
+        labels = [str(t) if k < s else "" for k, t in enumerate(tokens)]  # each bar's token id
+        ratio = f"H/log s = {entropy[s - 1] / np.log(s):.3f}" if s > 1 else "s = 1: H = 0"
+        side = "bottom right" if s <= length // 2 else "bottom left"  # keep the label inside the panel
+        panels = [
+            (go.Bar(x=lengths, y=weights, text=labels, textposition="outside", marker_color=PALETTE[2],
+                    name="attention weight (bar label: token id)"), 1),
+            (go.Scatter(x=[0.5, s + 0.5], y=[1 / s, 1 / s], mode="lines", line=dashed, name="uniform 1/s"), 1),
+            (go.Bar(x=np.arange(v), y=grid.targets[example, s - 1], marker_color=PALETTE[0], name="target p*"), 2),
+            (go.Bar(x=np.arange(v), y=grid.probs[example, s - 1], marker_color=PALETTE[1],
+                    name="model prediction"), 2),
+            (go.Scatter(x=np.flatnonzero(seen), y=np.zeros(s), mode="markers", name="seen (illegal)",
+                        marker={"symbol": "x", "color": "#222", "size": 8}), 2),
+            (go.Scatter(x=lengths, y=entropy, mode="lines+markers", line={"color": PALETTE[2]}, name="entropy H"), 3),
+            (go.Scatter(x=lengths, y=np.log(lengths), mode="lines", line=dashed, name="uniform: log s"), 3),
+            (go.Scatter(x=[s], y=[entropy[s - 1]], mode="markers+text", text=[ratio], textposition=side,
+                        marker={"size": 12, "color": PALETTE[3]}, name="this s"), 3),
+        ]
+        for trace, col in panels:
+            fig.add_trace(trace, row=1, col=col)
+        fig.update_layout(
+            barmode="group",
+            height=520,
+            margin={"t": 130},
+            legend={"orientation": "h", "x": 0, "y": 1.12, "yanchor": "bottom", "font": {"size": 11}},
+        )
+        fig.update_xaxes(title_text="key position", range=[0.5, length + 0.5], row=1, col=1)
+        fig.update_yaxes(title_text="attention weight", range=[0, 1.05], row=1, col=1)
+        fig.update_xaxes(title_text="next token", range=[-0.6, v - 0.4], row=1, col=2)
+        fig.update_yaxes(title_text="probability", range=[0, top], row=1, col=2)
+        fig.update_xaxes(title_text="prefix length s", range=[0.5, length + 0.5], row=1, col=3)
+        fig.update_yaxes(title_text="entropy (nats)", range=[0, entropy_top], row=1, col=3)
+        return fig
+
+    return draw
+
+
+def plot_attention_pattern(
+    pattern: np.ndarray,
+    *,
+    tokens: Sequence[int] | None = None,
+    title: str,
+    relative: bool = False,
+    ax: Axes | None = None,
+) -> Axes:
+    """A causal attention pattern [query_pos, key_pos] as a heatmap; future keys are left blank.
+
+    Row ``s`` (counting from 1) is the attention of the prediction made after ``s`` tokens.
+    ``relative=True`` shows ``s * a`` instead, on a scale centred at 1 (= uniform over the ``s``
+    seen keys), which makes small departures from uniform visible at every ``s``.
+    """
+    pattern = np.asarray(pattern, dtype=float)
+    if pattern.ndim != 2 or pattern.shape[0] != pattern.shape[1]:
+        raise ValueError(f"pattern must be a square [query_pos, key_pos] array, got shape {pattern.shape}")
+    if tokens is not None and len(tokens) != pattern.shape[1]:
+        raise ValueError(f"tokens must have one id per key position ({pattern.shape[1]}), got {len(tokens)}")
+    ax = ensure_axes(ax)
+    n = pattern.shape[0]
+    future = np.triu(np.ones((n, n), dtype=bool), k=1)
+    positions = np.arange(1, n + 1)
+    keys = positions if tokens is None else [f"{p}\n({t})" for p, t in zip(positions, tokens)]
+    if relative:
+        values, label = pattern * positions[:, None], "s x attention weight (1 = uniform)"
+        spread = max(0.05, float(np.abs(values[~future] - 1).max()))
+        scale = {"vmin": 1 - spread, "vmax": 1 + spread, "cmap": "RdBu_r"}  # symmetric: white = uniform
+    else:
+        values, label = pattern, "attention weight"
+        scale = {"vmin": 0.0, "vmax": 1.0, "cmap": "viridis"}
+    sns.heatmap(
+        values,
+        mask=future,
+        square=True,
+        xticklabels=keys,
+        yticklabels=positions,
+        cbar_kws={"label": label, "shrink": 0.8},
+        ax=ax,
+        **scale,
+    )
+    xlabel = "key position" if tokens is None else "key position (token id)"
+    ax.grid(False)
+    ax.set(xlabel=xlabel, ylabel="query = prefix length s", title=title)
+    ax.tick_params(axis="x", labelsize="x-small", rotation=0)
+    ax.tick_params(axis="y", labelsize="small", rotation=0)
+    return ax

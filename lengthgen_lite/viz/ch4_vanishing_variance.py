@@ -1,0 +1,170 @@
+"""Chapter 4's figures: quantities against the set size N, and the slider of one output component.
+
+Every function takes precomputed arrays and draws; none trains or measures. Curves are [len(N)]
+or [K, len(N)] (one row per seed: the mean is drawn with a min-max band).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import plotly.graph_objects as go
+from matplotlib.axes import Axes
+from plotly.subplots import make_subplots
+
+from ..chapters.ch4_vanishing_variance import loglog_slope
+from .common import as_seed_array, ensure_axes, plot_curves
+from .style import PALETTE
+
+N_LABEL = "set size N (keys attended)"
+
+
+def plot_loglog_std(
+    N: Sequence[int],
+    curves: Mapping[str, np.ndarray],
+    *,
+    title: str,
+    ylabel: str,
+    linestyles: Mapping[str, str] | None = None,
+    colors: Mapping[str, str] | None = None,
+    reference: bool = True,
+    legend: bool = True,
+    xlabel: str = N_LABEL,
+    ax: Axes | None = None,
+) -> Axes:
+    """Std (or any positive quantity) against N on log-log axes; each legend entry shows its fitted slope.
+
+    ``reference`` adds the law N^(-1/2), anchored at the first curve's first point.
+    """
+    N = np.asarray(N, dtype=float)
+    if not curves:
+        raise ValueError("curves must hold at least one labelled curve")
+    ax = ensure_axes(ax)
+    for i, (label, values) in enumerate(curves.items()):
+        y = as_seed_array(values, len(N), label, "N").mean(0)
+        color = (colors or {}).get(label, PALETTE[i % len(PALETTE)])
+        style = (linestyles or {}).get(label, "-")
+        slope = loglog_slope(N, y)
+        ax.plot(N, y, marker="o", markersize=4, linestyle=style, color=color, label=f"{label} (slope {slope:.2f})")
+    if reference:
+        first = as_seed_array(next(iter(curves.values())), len(N), "first", "N").mean(0)[0]
+        ax.plot(N, first * (N / N[0]) ** -0.5, linestyle=":", color="0.2", linewidth=1.2, label=r"law $\propto N^{-1/2}$")
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    ax.set(xlabel=xlabel, ylabel=ylabel, title=title)
+    if legend:
+        ax.legend(fontsize="small")
+    return ax
+
+
+def plot_against_N(
+    N: Sequence[int],
+    curves: Mapping[str, np.ndarray],
+    *,
+    train_range: tuple[int, int] | None = None,
+    **kwargs: Any,
+) -> Axes:
+    """Curves against N (log2 axis): the mean over seeds with markers, and the min-max band over seeds.
+
+    ``train_range = (lo, hi)`` shades the set sizes the models were trained on. ``kwargs``
+    (``title``, ``ylabel``, ``references``, ``linestyles``, ``colors``, ``logy``, ``ylim``,
+    ``legend`` (a location, or "outside": right of the panel), ``ax``) go to
+    :func:`~lengthgen_lite.viz.common.plot_curves`.
+    """
+    shade = None
+    if train_range is not None:
+        lo, hi = train_range
+        if not 0 < lo <= hi:
+            raise ValueError(f"train_range must be (lo, hi) with 0 < lo <= hi, got {train_range!r}")
+        shade = (lo, hi, f"training sizes {lo}..{hi}")
+    N = np.asarray(N, dtype=float)
+    return plot_curves(N, curves, xlabel=N_LABEL, shade=shade, band_alpha=0.2, log2_x=True, axis="N", **kwargs)
+
+
+def plot_paired(
+    N: Sequence[int],
+    curves: Mapping[str, tuple[np.ndarray, np.ndarray]],
+    *,
+    title: str,
+    xlabel: str,
+    ylabel: str,
+    logx: bool = False,
+    annotate: Sequence[int] | None = None,
+    ax: Axes | None = None,
+) -> Axes:
+    """One quantity against another, one point per N (mean over seeds), joined in order of N.
+
+    ``curves[label] = (x, y)``, each [len(N)] or [K, len(N)]; ``annotate`` lists the N written
+    beside the points of the first curve (None: all).
+    """
+    if not curves:
+        raise ValueError("curves must hold at least one labelled (x, y) pair")
+    ax = ensure_axes(ax)
+    for i, (label, (x, y)) in enumerate(curves.items()):
+        xm, ym = as_seed_array(x, len(N), label, "N").mean(0), as_seed_array(y, len(N), label, "N").mean(0)
+        ax.plot(xm, ym, marker="o", markersize=4, color=PALETTE[i % len(PALETTE)], label=label)
+        if i == 0:
+            for n, xv, yv in zip(N, xm, ym):
+                if annotate is None or n in annotate:
+                    ax.annotate(f"N={n}", (xv, yv), textcoords="offset points", xytext=(4, -10), fontsize="x-small")
+    if logx:
+        ax.set_xscale("log")
+    ax.set(xlabel=xlabel, ylabel=ylabel, title=title)
+    ax.legend(fontsize="small")
+    return ax
+
+
+def histogram_draw(
+    grid: Mapping[tuple, Sequence[np.ndarray]],
+    *,
+    title: str,
+    panel_titles: Sequence[str],
+    xlabels: Sequence[str],
+    bins: int = 40,
+    legend_prefix: Sequence[str] | None = None,
+) -> Callable[..., go.Figure]:
+    """``draw(**values)`` for a slider: one histogram panel per entry of ``grid[values]``.
+
+    ``grid`` maps a tuple of slider values (in slider order) to one 1-D sample per panel. Bins and
+    x ranges are fixed per panel over the whole grid, so a shrinking spread is visible as a narrowing
+    histogram (the density axis rescales at each step); each trace's legend name carries its std.
+    """
+    if not grid:
+        raise ValueError("grid must hold at least one slider combination")
+    n_panels = {len(samples) for samples in grid.values()}
+    if len(n_panels) != 1 or n_panels != {len(panel_titles)} or len(xlabels) != len(panel_titles):
+        raise ValueError(f"every grid entry needs one sample per panel ({len(panel_titles)} titles, {len(xlabels)} labels)")
+    prefix = list(legend_prefix) if legend_prefix is not None else list(panel_titles)
+    edges = []
+    for p in range(len(panel_titles)):
+        values = np.concatenate([np.asarray(samples[p], dtype=float) for samples in grid.values()])
+        half = float(np.quantile(np.abs(values - np.median(values)), 0.995)) or 1.0
+        centre = float(np.median(values))
+        edges.append(np.linspace(centre - half, centre + half, bins + 1))
+    keys = list(grid)
+
+    def draw(**values: object) -> go.Figure:
+        key = tuple(values.values())
+        if key not in grid:
+            raise ValueError(f"no precomputed samples for {values!r}; the grid has {keys[:3]}...")
+        fig = make_subplots(rows=1, cols=len(panel_titles), subplot_titles=list(panel_titles))
+        for p, sample in enumerate(grid[key]):
+            sample = np.asarray(sample, dtype=float)
+            density, _ = np.histogram(sample, edges[p], density=True)
+            centres = 0.5 * (edges[p][1:] + edges[p][:-1])
+            fig.add_trace(
+                go.Bar(x=centres, y=density, width=float(edges[p][1] - edges[p][0]), marker_color=PALETTE[p],
+                       name=f"{prefix[p]}: std {sample.std():.3f}"),
+                row=1, col=p + 1,
+            )
+            fig.update_xaxes(title_text=xlabels[p], range=[float(edges[p][0]), float(edges[p][-1])], row=1, col=p + 1)
+            fig.update_yaxes(title_text="density (per unit of the component)", row=1, col=p + 1)
+        fig.update_layout(  # the legend (with the stds) sits above the panels, clear of the slider below
+            title={"text": title, "y": 0.97, "yanchor": "top"}, bargap=0, height=460, margin={"t": 120},
+            legend={"orientation": "h", "x": 0.5, "xanchor": "center", "y": 1.1, "yanchor": "bottom"},
+        )
+        return fig
+
+    return draw

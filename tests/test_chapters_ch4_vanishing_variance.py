@@ -1,0 +1,183 @@
+import numpy as np
+import pytest
+import torch
+
+from lengthgen_lite.chapters.ch4_vanishing_variance import (
+    argmax_near_misses,
+    attention_output_samples,
+    evaluate_rescaled,
+    evaluate_retrieval,
+    loglog_slope,
+    random_head,
+    random_head_outputs,
+    run_variants,
+    scaled_attention_output,
+    shift_statistics,
+    stack_field,
+    standardize,
+)
+from lengthgen_lite.core.model import RetrievalTransformer, retrieval_config
+from lengthgen_lite.core.seeding import make_generator, seed_everything
+from lengthgen_lite.core.tasks import ArgmaxRetrieval, DictionaryLookup
+from lengthgen_lite.core.training import TrainConfig, train
+
+
+def test_uniform_attention_gives_exactly_n_eff_equal_n_and_the_one_over_n_law():
+    head = random_head(d_model=16, seed=0)
+    stds = []
+    for N in (4, 64):
+        sample = random_head_outputs(head, N, 4000, logit_scale=0.0, generator=make_generator(N))
+        torch.testing.assert_close(sample.n_eff, torch.full((4000,), float(N)))
+        stds.append(sample.outputs[:, 0].std().item())
+    assert stds[0] / stds[1] == pytest.approx(4.0, rel=0.08)  # sqrt(64 / 4)
+    assert stds[0] == pytest.approx(head.value_std[0] / 2, rel=0.05)  # sigma / sqrt(4)
+
+
+def test_sharper_attention_means_fewer_effective_items_and_a_slower_decay():
+    head = random_head(d_model=16, seed=1)
+    n_eff = [random_head_outputs(head, 256, 200, s, make_generator(0)).n_eff.mean().item() for s in (0.0, 1.0, 3.0)]
+    assert n_eff[0] > n_eff[1] > n_eff[2] >= 1.0
+    slopes = []
+    for scale in (0.0, 3.0):
+        stds = [random_head_outputs(head, N, 1000, scale, make_generator(N)).outputs[:, 0].std().item() for N in (8, 64, 512)]
+        slopes.append(loglog_slope([8, 64, 512], stds))
+    assert slopes[0] == pytest.approx(-0.5, abs=0.05) and slopes[1] > slopes[0] + 0.1
+
+
+def test_chunking_does_not_change_the_draws():
+    head = random_head(d_model=8, seed=0)
+    a = random_head_outputs(head, 10, 50, 1.0, make_generator(3), chunk=7)
+    b = random_head_outputs(head, 10, 50, 1.0, make_generator(3), chunk=50)
+    torch.testing.assert_close(a.outputs, b.outputs)  # chunks draw the same numbers in order
+
+
+def test_loglog_slope_recovers_a_power():
+    N = np.array([4, 16, 64, 256])
+    assert loglog_slope(N, 3.0 * N**-0.5) == pytest.approx(-0.5)
+
+
+def test_shift_statistics_and_standardize():
+    x = torch.tensor([[1.0, 3.0], [3.0, 5.0], [5.0, 7.0]])
+    stats = shift_statistics(x)
+    np.testing.assert_allclose(stats.feature_var, [4.0, 4.0])  # unbiased variance over samples
+    assert stats.global_mean == pytest.approx(4.0) and stats.global_var == pytest.approx(1.0)
+    assert stats.median_feature_var == pytest.approx(4.0)
+    z = shift_statistics(standardize(torch.randn(100, 32, generator=make_generator(0)) * 5 + 2))
+    assert z.global_mean == pytest.approx(0.0, abs=1e-6) and z.global_var == pytest.approx(1.0, abs=1e-3)
+
+
+@pytest.mark.parametrize(
+    "call, message",
+    [
+        (lambda: random_head(d_model=0), "d_model must be"),
+        (lambda: random_head_outputs(random_head(4), 0, 2, 1.0, make_generator(0)), "N must be"),
+        (lambda: random_head_outputs(random_head(4), 3, 0, 1.0, make_generator(0)), "n_sequences must be"),
+        (lambda: random_head_outputs(random_head(4), 3, 2, 1.0, make_generator(0), chunk=0), "chunk must be"),
+        (lambda: random_head_outputs(random_head(4), 3, 2, -1.0, make_generator(0)), "logit_scale must be"),
+        (lambda: random_head_outputs(random_head(4), 3, 2, float("inf"), make_generator(0)), "logit_scale must be"),
+        (lambda: loglog_slope([1, 2], [1.0]), "same length"),
+        (lambda: loglog_slope([1], [1.0]), "same length >= 2"),
+        (lambda: loglog_slope([1, 2], [1.0, 0.0]), "positive and finite"),
+        (lambda: shift_statistics(torch.zeros(1, 4)), "samples >= 2"),
+        (lambda: shift_statistics(torch.zeros(4)), "samples >= 2"),
+    ],
+)
+def test_bad_input_raises(call, message):
+    with pytest.raises(ValueError, match=message):
+        call()
+
+
+def test_logit_std_matches_the_sampled_logits():
+    head = random_head(d_model=16, seed=2)
+    sample = random_head_outputs(head, 1, 1, 0.0, make_generator(0))  # (only to exercise the API)
+    x = torch.randn(20000, 16, generator=make_generator(1))
+    logits = 2.0 * x @ (head.w_k.T @ (head.w_q @ head.query)) / 4.0
+    assert head.logit_std(2.0) == pytest.approx(logits.std().item(), rel=0.03)
+    assert sample.n_eff.item() == pytest.approx(1.0)
+
+
+ARGMAX = ArgmaxRetrieval(n_classes=4, max_train_size=6)
+
+
+DICT = DictionaryLookup(n_keys=32, n_values=4, max_train_size=6)
+
+
+def small(task, variant):
+    return retrieval_config(task, variant, d_model=16, n_heads=2, d_mlp=32)
+
+
+def test_training_learns_dictionary_lookup_and_evaluation_reports_it():
+    cfg = TrainConfig(steps=300, batch=64, warmup=20, lr=1e-2)
+    result = train(small(DICT, "layernorm"), DICT, cfg, seeds=[0, 1], model_class=RetrievalTransformer, progress=False)
+    assert (result.loss[-20:].mean(0) < 0.5 * np.log(4)).all()
+    table = evaluate_retrieval(result.models[0], DICT, [4, 32], n_samples=200)
+    assert table.accuracy[0] > 0.8 and table.target_attention[0] > 0.3
+    assert table.normed_global_var is not None and table.feature_var.shape == (2, 3)
+    assert table.n_eff[1] > table.n_eff[0]
+    before, after = attention_output_samples(result.models[0], DICT, 4, n_samples=200)
+    assert before.shape == after.shape == (200, 16)
+    np.testing.assert_allclose(table.global_var[0], before.double().var(1, unbiased=False).mean().item(), rtol=1e-6)
+
+
+def test_baseline_tables_have_no_normed_statistics_and_scaling_changes_outputs():
+    seed_everything(4)
+    model = RetrievalTransformer(small(DICT, "baseline")).eval()
+    table = evaluate_retrieval(model, DICT, [8], n_samples=50)
+    assert table.normed_global_var is None
+    scaled = evaluate_retrieval(model, DICT, [8], n_samples=50, scale=[2.0])
+    assert scaled.global_var[0] == pytest.approx(4 * table.global_var[0], rel=1e-5)  # the hook scales attn_out
+    inputs = DICT.sample_train_batch(3, 8, make_generator(0)).inputs
+    with scaled_attention_output(model, 0.0):
+        zeroed = model(inputs)
+    assert not torch.allclose(zeroed, model(inputs))  # and the hook is gone afterwards
+    assert not any(m._forward_hooks for m in model.modules())
+
+
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [(dict(sizes=[]), "non-empty list"), (dict(sizes=[0]), "positive ints"), (dict(sizes=[4, 8], scale=[1.0]), "one entry per size")],
+)
+def test_evaluate_rejects_bad_arguments(kwargs, message):
+    model = RetrievalTransformer(small(DICT, "baseline"))
+    with pytest.raises(ValueError, match=message):
+        evaluate_retrieval(model, DICT, **kwargs)
+
+
+def test_run_variants_trains_each_variant_once_and_pairs_the_seeds():
+    cfg = TrainConfig(steps=5, batch=8, warmup=1)
+    runs = run_variants(ARGMAX, seeds=[0, 1], train_cfg=cfg, sizes=[4, 8], n_samples=20, progress=False,
+                        d_model=16, n_heads=2, d_mlp=32)
+    assert list(runs) == ["baseline", "layernorm", "standardize"]
+    assert runs["layernorm"].field("accuracy").shape == (2, 2) and runs["baseline"].result.loss.shape == (5, 2)
+    assert not np.array_equal(runs["baseline"].result.loss, runs["standardize"].result.loss)
+
+
+def test_stack_field_errors():
+    seed_everything(0)
+    table = evaluate_retrieval(RetrievalTransformer(small(ARGMAX, "baseline")), ARGMAX, [4], n_samples=10)
+    assert stack_field([table, table], "accuracy").shape == (2, 1)
+    with pytest.raises(ValueError, match="missing"):
+        stack_field([table], "normed_global_var")
+    with pytest.raises(ValueError, match="at least one"):
+        stack_field([], "accuracy")
+
+
+def test_evaluate_rescaled_restores_the_reference_scale():
+    seed_everything(5)
+    model = RetrievalTransformer(small(DICT, "baseline")).eval()
+    table = evaluate_retrieval(model, DICT, [4, 16], n_samples=100)
+    rescaled = evaluate_rescaled(model, DICT, table, reference_size=4)
+    np.testing.assert_allclose(rescaled.attn_out_rms, table.attn_out_rms[0], rtol=1e-5)
+    with pytest.raises(ValueError, match="reference_size=8 is not among"):
+        evaluate_rescaled(model, DICT, table, reference_size=8)
+
+
+def test_argmax_near_misses_counts_runner_up_labels():
+    seed_everything(6)
+    model = RetrievalTransformer(small(ARGMAX, "baseline")).eval()  # untrained: errors are arbitrary
+    result = argmax_near_misses(model, ARGMAX, N=8, n_samples=400, runners_up=2)
+    assert result.chance == pytest.approx(1 - 0.75**2)
+    assert 0.5 < result.error_rate < 1.0
+    assert abs(result.near_miss - result.chance) < 0.15  # an untrained model names runner-ups by chance
+    with pytest.raises(ValueError, match="runners_up must be"):
+        argmax_near_misses(model, ARGMAX, N=3, runners_up=3)

@@ -1,0 +1,249 @@
+import numpy as np
+import pytest
+import torch
+
+from lengthgen_lite.chapters.ch6_ema import (
+    RunSpec,
+    SearchSpace,
+    bootstrap_mean_difference,
+    factor_importance,
+    flat_gradient,
+    gradient_noise,
+    matched_scale,
+    minibatch_gradients,
+    resampled_target_gradients,
+    run_spec,
+    sample_specs,
+    scaling_matches,
+    score_rows,
+    tv_by_logit_scale,
+)
+from lengthgen_lite.core.averaging import make_ema
+from lengthgen_lite.core.evaluation import evaluate_set_complement
+from lengthgen_lite.core.model import ModelConfig, Transformer
+from lengthgen_lite.core.seeding import make_generator, seed_everything
+from lengthgen_lite.core.tasks import SetComplement, sample_next_tokens
+from lengthgen_lite.core.training import TrainConfig, train, training_loss
+
+
+@pytest.fixture(scope="module")
+def run():
+    return run_spec(RunSpec(norm="attn_out", lr=1e-2, batch=16), [0, 1], 30, averagers={"ema": make_ema(0.9)},
+                    scales=(0.5, 1.0, 2.0), n_sequences=100, progress=False)
+
+
+def test_run_scores_every_variant_at_every_scale(run):
+    assert set(run.tv) == {"raw", "ema"}
+    assert run.tv["raw"].shape == (2, 3, 15)  # K, scales, v - 1 (the baseline's v = 16)
+    np.testing.assert_array_equal(run.curve("raw"), run.tv["raw"][:, 1])
+    np.testing.assert_allclose(run.mean_tv("ema", "train"), run.tv["ema"][:, 1, :4].mean(-1))
+    np.testing.assert_allclose(run.mean_tv("ema", "beyond", 2.0), run.tv["ema"][:, 2, 4:].mean(-1))
+    assert run.scale_curve("raw", "beyond").shape == (2, 3)
+    assert run.result.models[0].cfg.resid_dropout == 0.0
+
+
+def test_score_rows_flatten_runs(run):
+    rows = score_rows([run])
+    assert len(rows) == 2 * 2  # variants x seeds
+    assert {r["variant"] for r in rows} == {"raw", "ema"}
+    assert {"norm", "lr", "batch", "dropout", "targets", "run", "seed", "ema", "tv_train", "tv_beyond"} <= set(rows[0])
+    assert {r["run"] for r in rows} == {0} and {r["ema"] for r in rows} == {True, False}
+    raw0 = next(r for r in rows if r["variant"] == "raw" and r["seed"] == 0)
+    assert raw0["tv_train"] == pytest.approx(float(run.mean_tv("raw", "train")[0]))
+
+
+def test_run_rejects_bad_arguments(run):
+    with pytest.raises(ValueError, match="variant"):
+        run.curve("bema")
+    with pytest.raises(ValueError, match="variant"):
+        run.scale_curve("bema", "train")
+    with pytest.raises(ValueError, match="scale"):
+        run.curve("raw", 3.0)
+    with pytest.raises(ValueError, match="lengths"):
+        run.mean_tv("raw", "long")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="1.0"):
+        run_spec(RunSpec(), [0], 2, scales=(2.0,), progress=False)
+    with pytest.raises(ValueError, match="raw"):
+        run_spec(RunSpec(), [0], 2, averagers={"raw": make_ema()}, progress=False)
+
+
+def test_sample_specs_is_reproducible_balanced_and_in_range():
+    space = SearchSpace()
+    a, b = sample_specs(12, 3), sample_specs(12, 3)
+    assert a == b and a != sample_specs(12, 4)
+    norms = [s.norm for s in a]
+    assert all(norms.count(n) in (2, 3) for n in space.norm)
+    assert all(1e-3 <= s.lr <= 3e-2 + 1e-12 and s.batch in space.batch and 0 <= s.dropout <= 0.3 for s in a)
+    assert all(s.targets == "sampled" for s in a)
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [{"lr": (1e-2, 1e-3)}, {"lr": (0.0, 1e-2)}, {"dropout": (0.2, 0.1)}, {"dropout": (0.0, 1.0)}, {"batch": ()}, {"norm": ()}],
+)
+def test_search_space_rejects_bad_ranges(kwargs):
+    with pytest.raises(ValueError):
+        SearchSpace(**kwargs)
+
+
+def test_sample_specs_rejects_bad_n():
+    with pytest.raises(ValueError, match="n must"):
+        sample_specs(0, 0)
+
+
+def test_factor_importance_finds_the_factor_that_matters():
+    rng = np.random.default_rng(0)
+    rows = [{"a": str(rng.choice(["x", "y", "z"])), "b": float(rng.uniform(1, 10)), "c": float(rng.normal())} for _ in range(200)]
+    for r in rows:
+        r["y"] = {"x": 0.0, "y": 1.0, "z": 2.0}[r["a"]] + 0.5 * np.log10(r["b"]) + 0.01 * rng.normal()
+    fit = factor_importance(rows, "y", {"a": "categorical", "b": "log", "c": "numeric"})
+    imp = fit.importance
+    assert imp["a"] > imp["b"] > 0.01 > imp["c"]
+    assert fit.r_squared > 0.99
+    assert fit.effects["a"] == pytest.approx({"y": 1.0, "z": 2.0}, abs=0.01)  # relative to level "x"
+    assert fit.effects["b"]["slope"] == pytest.approx(0.5, abs=0.01)
+    with pytest.raises(ValueError, match="kind"):
+        factor_importance(rows, "y", {"a": "ordinal"})  # type: ignore[dict-item]
+    with pytest.raises(ValueError, match="missing"):
+        factor_importance(rows, "y", {"d": "numeric"})
+    with pytest.raises(ValueError, match="at least one row"):
+        factor_importance([], "y", {"a": "categorical"})
+
+
+def test_bootstrap_mean_difference():
+    mean, low, high = bootstrap_mean_difference([1.0, 2.0, 3.0, 4.0], seed=0)
+    assert mean == 2.5 and 1.0 <= low < mean < high <= 4.0
+    assert bootstrap_mean_difference([1.0, 2.0, 3.0, 4.0], seed=0) == (mean, low, high)
+    with pytest.raises(ValueError, match="differences"):
+        bootstrap_mean_difference([1.0])
+
+
+TASK = SetComplement(v=8, train_length=3)
+
+
+MODEL = ModelConfig(vocab_size=8, d_model=16)
+
+
+def fresh_model(seed=0):
+    seed_everything(2 * seed)  # as train does for seed `seed`
+    return Transformer(MODEL)
+
+
+def test_training_loss_is_the_loss_train_reports():
+    """Reproduce train's first step: same init, same data stream, same sampled targets."""
+    cfg = TrainConfig(steps=1, warmup=0, batch=16, targets="sampled")
+    reported = train(MODEL, TASK, cfg, seeds=[3], progress=False).loss[0, 0]
+    model, stream = fresh_model(3), make_generator(2 * 3 + 1)
+    batch = TASK.sample_train_batch(16, 3, stream)
+    targets = torch.nn.functional.one_hot(sample_next_tokens(batch.targets, stream), 8).float()
+    with torch.no_grad():
+        loss = training_loss(model(batch.inputs), targets, batch.loss_mask)
+    assert float(loss) == pytest.approx(float(reported), rel=1e-5)
+
+
+def test_expected_sampled_gradient_is_the_soft_gradient():
+    model = fresh_model()
+    batch = TASK.sample_train_batch(32, 3, make_generator(1))
+    soft = flat_gradient(model, batch.inputs, batch.targets, batch.loss_mask)
+    draws = resampled_target_gradients(model, batch, 400, seed=2)
+    error = lambda n: float((draws[:n].mean(0) - soft).norm() / soft.norm())  # noqa: E731
+    assert error(400) < 0.5 * error(25)  # shrinks like 1/sqrt(n): by 4x from 25 to 400 draws
+    assert error(400) < 0.1
+
+
+def test_sampled_targets_are_noisier_with_the_same_signal():
+    model = fresh_model()
+    soft = gradient_noise(minibatch_gradients(model, TASK, 32, 40, "soft", seed=0))
+    sampled = gradient_noise(minibatch_gradients(model, TASK, 32, 40, "sampled", seed=0))
+    assert sampled.trace_cov > 2 * soft.trace_cov
+    assert sampled.mean_sq_norm == pytest.approx(soft.mean_sq_norm, rel=0.3)
+    assert sampled.snr < soft.snr
+
+
+def test_gradient_noise_on_known_samples():
+    grads = torch.tensor([[1.0, 0.0], [3.0, 0.0], [2.0, 3.0], [2.0, -3.0]])
+    noise = gradient_noise(grads)
+    assert noise.trace_cov == pytest.approx((1 + 1 + 0 + 0 + 9 + 9) / 3)
+    # ||mean||^2 = 4, minus the noise share tr(Cov)/n of the squared norm of a mean of n samples
+    assert noise.mean_sq_norm == pytest.approx(4.0 - (20 / 3) / 4)
+    assert noise.snr == pytest.approx(noise.mean_sq_norm / noise.trace_cov)
+
+
+def test_flat_gradient_has_one_entry_per_parameter_and_keeps_the_mode():
+    model = fresh_model().train()
+    batch = TASK.sample_train_batch(4, 3, make_generator(0))
+    g = flat_gradient(model, batch.inputs, batch.targets, batch.loss_mask)
+    assert g.shape == (sum(p.numel() for p in model.parameters()),)
+    assert model.training
+
+
+def test_bad_inputs_are_rejected():
+    model = fresh_model()
+    batch = TASK.sample_train_batch(4, 3, make_generator(0))
+    with pytest.raises(ValueError, match="must match"):
+        training_loss(torch.zeros(4, 3, 8), torch.zeros(4, 3, 7), batch.loss_mask)
+    with pytest.raises(ValueError, match="must match"):
+        training_loss(torch.zeros(4, 3, 8), torch.zeros(4, 3, 8), torch.ones(4, 2, dtype=torch.bool))
+    with pytest.raises(ValueError, match="n_batches"):
+        minibatch_gradients(model, TASK, 4, 1, "soft")
+    with pytest.raises(ValueError, match="targets"):
+        minibatch_gradients(model, TASK, 4, 2, "onehot")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="n_draws"):
+        resampled_target_gradients(model, batch, 0)
+    with pytest.raises(ValueError, match="grads"):
+        gradient_noise(torch.zeros(1, 5))
+    with pytest.raises(ValueError, match="grads"):
+        gradient_noise(torch.zeros(5))
+
+
+def model(v=8):
+    seed_everything(0)
+    return Transformer(ModelConfig(vocab_size=v, d_model=16)).eval()
+
+
+def test_rows_equal_evaluate_set_complement_at_each_scale():
+    m = model()
+    scales = [0.5, 1.0, 3.0]
+    rows = tv_by_logit_scale(m, 8, scales, n_sequences=200, seed=4)
+    assert rows.shape == (3, 7)
+    for row, c in zip(rows, scales):
+        expected = evaluate_set_complement(m, 8, n_sequences=200, seed=4, logit_scale=c).tv
+        np.testing.assert_allclose(row, expected, rtol=1e-5, atol=1e-6)
+
+
+def test_scale_zero_limit_is_uniform_and_tv_changes_with_scale():
+    rows = tv_by_logit_scale(model(), 8, [1e-6, 1.0], n_sequences=100)
+    s = np.arange(1, 8)
+    np.testing.assert_allclose(rows[0], s / 8, atol=1e-4)  # uniform over v: TV = s / v
+    assert not np.allclose(rows[0], rows[1])
+
+
+def test_matched_scale_and_scaling_matches():
+    scales = [0.5, 1.0, 2.0]
+    assert matched_scale(np.array([0.3, 0.2, 0.25]), scales, 0.24) == 2.0
+    assert matched_scale(np.array([0.3, 0.2, 0.2]), scales, 0.2) == 1.0  # first on ties
+    assert scaling_matches(np.array([0.1, 0.2]), np.array([0.5, 0.3]), train=0.2, beyond=0.3)
+    assert not scaling_matches(np.array([0.1, 0.2]), np.array([0.5, 0.3]), train=0.15, beyond=0.3)
+
+
+def test_bad_inputs_are_rejected():
+    with pytest.raises(ValueError, match="scales"):
+        tv_by_logit_scale(model(), 8, [])
+    with pytest.raises(ValueError, match="scales"):
+        tv_by_logit_scale(model(), 8, [1.0, -2.0])
+    with pytest.raises(ValueError, match="one entry per scale"):
+        matched_scale(np.zeros(2), [1.0, 2.0, 3.0], 0.1)
+    with pytest.raises(ValueError, match="matching 1-D"):
+        scaling_matches(np.zeros(2), np.zeros(3), 0.1, 0.1)
+
+
+def test_gain_is_raw_minus_averaged_tv_per_seed(run):
+    gain = run.gain("beyond")
+    assert gain.shape == (2,)
+    np.testing.assert_allclose(gain, run.mean_tv("raw", "beyond") - run.mean_tv("ema", "beyond"))
+    np.testing.assert_allclose(run.gain("train", "raw"), 0.0)  # raw against itself
+    np.testing.assert_allclose(run.gain("train", scale=2.0), run.mean_tv("raw", "train", 2.0) - run.mean_tv("ema", "train", 2.0))
+    with pytest.raises(ValueError, match="variant 'bema' is unknown"):
+        run.gain("train", "bema")
+    with pytest.raises(ValueError, match="lengths="):
+        run.gain("all")
