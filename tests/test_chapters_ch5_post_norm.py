@@ -121,7 +121,7 @@ def test_gap_profile_frozen_gap_matches_at_the_reference_and_divisor_is_the_inpu
 
 
 def test_stack_profile():
-    from lengthgen_lite.placements import stack_profile
+    from lengthgen_lite.chapters.ch5_post_norm import stack_profile
 
     seed_everything(3)
     profiles = [gap_profile(Transformer(ModelConfig(vocab_size=8, d_model=16)).eval(), n_sequences=20) for _ in range(2)]

@@ -61,7 +61,7 @@ def test_averagers_see_every_step_and_do_not_change_training():
 
 
 def test_weight_decay_rule_matrices_only():
-    from lengthgen_lite.model import Transformer
+    from lengthgen_lite.core.model import Transformer
     from torch.func import stack_module_state
 
     template = Transformer(ModelConfig(vocab_size=8, d_model=16, norm="post", d_mlp=8))
