@@ -3,11 +3,11 @@
 An :class:`ExperimentConfig` holds everything a chapter's set-complement experiment varies (task,
 model and its norm placements, training and target kinds, seeds, EMA/BEMA, evaluation lengths).
 Every field is validated when the config is built, so a typo fails in a second, not after an hour
-of training; where :class:`ModelConfig`, :class:`TrainConfig`, the task or an averager already
+of training; where :class:`~lengthgen_lite.core.model.ModelConfig`, :class:`~lengthgen_lite.core.training.TrainConfig`, the task or an averager already
 check a value, their own error is raised with the config path in front.
 
 :func:`run_experiment` trains each configuration (norm placement x target kind) once, all seeds in
-one batched :func:`train` call with the averagers riding along, and scores raw and averaged
+one batched :func:`~lengthgen_lite.core.training.train` call with the averagers riding along, and scores raw and averaged
 weights at every evaluation length. The default backend runs in-process; ``backend="ray"`` sends
 each configuration (or seed group) to a Ray task, with identical results for the same seeds. Ray
 is an optional extra (``pip install 'lengthgen_lite[ray]'``), imported only when asked for.
@@ -86,7 +86,7 @@ def _built(path: str, factory: Callable[..., Any], **kwargs: Any) -> Any:
 
 @dataclass(frozen=True)
 class TaskSpec:
-    """The task: its name in :data:`TASKS` and its parameters."""
+    """The task: its name in ``TASKS`` and its parameters."""
 
     name: str = "set_complement"
     v: int = 16

@@ -47,7 +47,14 @@ def with_change(path: str, value: object) -> dict:
     return data
 
 
-DELETE = object()
+class _Delete:
+    """Marks a key to delete (a stable repr keeps test ids the same in every xdist worker)."""
+
+    def __repr__(self) -> str:
+        return "<deleted>"
+
+
+DELETE = _Delete()
 
 # (changed key, bad value, substrings the message must contain: the field and the bad value)
 BAD_CONFIGS = [

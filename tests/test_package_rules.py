@@ -124,3 +124,15 @@ def test_chapter_skeleton_and_stored_outputs(path):
     assert not re.search(r"class \w+\((nn\.)?Module\)", source), "notebooks import models, never define them"
     assert "assert " in source, "key claims are asserted in code"
     assert re.search(r"\bglue(_round)?\(", source), "numbers in prose are glued"
+
+
+def test_api_page_documents_every_module():
+    """book/api.md lists every module of the package, so a new module cannot be left out."""
+    page = (ROOT / "book" / "api.md").read_text()
+    documented = set(re.findall(r"automodule:: (lengthgen_lite[\w.]*)", page))
+    modules = {
+        ".".join(("lengthgen_lite", *p.relative_to(PACKAGE).with_suffix("").parts))
+        for p in PACKAGE.rglob("*.py")
+        if p.name not in {"__init__.py", "__main__.py"}
+    }
+    assert modules <= documented, f"not on the API page: {sorted(modules - documented)}"

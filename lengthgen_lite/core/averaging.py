@@ -3,7 +3,7 @@
 Sampled targets make every step's gradient noisy, so the raw weights jitter around where the
 expected gradient would take them. An average of the recent weights cancels much of that jitter.
 Both averagers follow the ``Averager`` protocol of :mod:`lengthgen_lite.core.training`: ``train`` calls
-the factory once with the initial stacked parameters (name -> [K, *shape]), then
+the factory once with the initial stacked parameters (name -> ``[K, *shape]``), then
 ``update(params, step)`` after every optimiser step (``step = 1, 2, ...``) under ``no_grad``.
 They only read the parameters and keep their own copies, so training is the same with or without
 them.
@@ -143,7 +143,7 @@ def make_bema(
 
 
 def average_trajectory(factory: AveragerFactory, trajectory: torch.Tensor) -> torch.Tensor:
-    """Run an averager along a given sequence of weights: [T + 1, *shape] -> [T + 1, *shape].
+    """Run an averager along a given sequence of weights: ``[T + 1, *shape] -> [T + 1, *shape]``.
 
     Row 0 is the initial value (what ``train`` passes to the factory), row ``t`` the average after
     step ``t``: the averager sees exactly what it would see in training, for toy sequences and tests.

@@ -186,7 +186,7 @@ def plot_length_curves(s: np.ndarray, curves: Mapping[str, np.ndarray], *, train
 
 
 def plot_metric(runs: Mapping[str, Sequence[LengthTable]], metric: str, **kwargs: Any) -> Axes:
-    """One :class:`LengthTable` field against ``s`` for each run (label -> one table per seed);
+    """One :class:`~lengthgen_lite.core.evaluation.LengthTable` field against ``s`` for each run (label -> one table per seed);
     ``kwargs`` go to :func:`plot_length_curves`."""
     if not runs:
         raise ValueError("runs must hold at least one labelled list of LengthTables")
