@@ -1,0 +1,141 @@
+"""What the book costs to run, measured side by side in one run: `make bench` (not run by the tests).
+
+    OMP_NUM_THREADS=1 python benchmarks/speed.py [--out benchmarks/results/speed.json] [--skip-chapters]
+
+1. Every chapter notebook, executed top to bottom in a fresh kernel with one torch thread, as
+   `make execute` does: wall seconds, the kernel's CPU seconds, and every call of the training
+   loop (`train` is wrapped before the notebook imports the package): how many trainings, their
+   seed-steps (steps x seeds) and seed-steps per second of training time.
+2. The batched trainer against a Python loop over the same seeds (`train(seeds=[s])` per seed),
+   at K = 4, 8, 16 seeds and batch 32 and 128, on chapter 5's model: CPU milliseconds per step of
+   all K seeds, and the ratio. Timed as the minimum CPU time of this thread over repeats (see
+   `batched_training.py`, which also profiles where a step's time goes).
+
+The results file is what the appendix's speed page (`book/speed.ipynb`) plots; re-execute that page
+after a new measurement (`make bench` does both). Timings depend on the machine and its load: the
+file records the CPU model and the load average before and after.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import pathlib
+import platform
+import time
+
+import nbformat
+from nbclient import NotebookClient
+
+from batched_training import cpu_time
+from lengthgen_lite import ModelConfig, SetComplement, TrainConfig, seed_everything, train
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+CHAPTERS = sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
+
+# Run in the kernel before the notebook: wrap the one training loop wherever it is bound, and count.
+COUNT_TRAININGS = """\
+import sys, time
+import lengthgen_lite.core.training as _training
+_original = _training.train
+_TRAININGS = []
+def _counted(model_cfg, task, cfg, seeds, *args, **kwargs):
+    start = time.perf_counter()
+    result = _original(model_cfg, task, cfg, seeds, *args, **kwargs)
+    _TRAININGS.append((cfg.steps * len(list(seeds)), time.perf_counter() - start))
+    return result
+for _module in list(sys.modules.values()):
+    if getattr(_module, "__name__", "").startswith("lengthgen_lite") and getattr(_module, "train", None) is _original:
+        _module.train = _counted
+"""
+REPORT = """\
+import json, time
+print(json.dumps({"cpu_seconds": time.process_time(), "trainings": _TRAININGS}))
+"""
+
+
+def chapter_cost(path: pathlib.Path) -> dict[str, object]:
+    """Execute one chapter as `make execute` does and report its cost."""
+    nb = nbformat.read(path, as_version=4)
+    client = NotebookClient(nb, timeout=7200, kernel_name="python3", resources={"metadata": {"path": str(path.parent)}})
+    start = time.perf_counter()
+    with client.setup_kernel(env={**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}):
+        client.execute_cell(nbformat.v4.new_code_cell(COUNT_TRAININGS), 0)
+        for index, cell in enumerate(nb.cells):
+            if cell.cell_type == "code":
+                client.execute_cell(cell, index)
+        wall = time.perf_counter() - start
+        report = nbformat.v4.new_code_cell(REPORT)
+        client.execute_cell(report, len(nb.cells))
+    counts = json.loads(report.outputs[0]["text"])
+    seed_steps = sum(n for n, _ in counts["trainings"])
+    train_seconds = sum(s for _, s in counts["trainings"])
+    return {
+        "chapter": path.stem,
+        "wall_seconds": round(wall, 1),
+        "cpu_seconds": round(counts["cpu_seconds"], 1),
+        "trainings": len(counts["trainings"]),
+        "seed_steps": seed_steps,
+        "training_seconds": round(train_seconds, 1),
+        "seed_steps_per_second": round(seed_steps / train_seconds, 1) if train_seconds else None,
+    }
+
+
+def batching(seed_counts: list[int], batches: list[int], steps: int, repeats: int) -> list[dict[str, object]]:
+    """CPU ms per step of K seeds: a loop of single-seed trainings against one batched training."""
+    seed_everything(0)
+    task = SetComplement(v=16, train_length=4)
+    model_cfg = ModelConfig(vocab_size=16, d_model=64)
+    rows = []
+    for batch in batches:
+        cfg = TrainConfig(steps=steps, warmup=10, batch=batch, targets="sampled")
+        for k in seed_counts:
+            seeds = list(range(k))
+            loop = cpu_time(lambda: [train(model_cfg, task, cfg, seeds=[s], progress=False) for s in seeds], repeats)
+            batched = cpu_time(lambda: train(model_cfg, task, cfg, seeds=seeds, progress=False), repeats)
+            rows.append({
+                "batch": batch,
+                "seeds": k,
+                "loop_ms_per_step": round(1e3 * loop / steps, 2),
+                "batched_ms_per_step": round(1e3 * batched / steps, 2),
+                "speedup": round(loop / batched, 2),
+            })
+    return rows
+
+
+def cpu_model() -> str:
+    for line in pathlib.Path("/proc/cpuinfo").read_text().splitlines():
+        if line.startswith("model name"):
+            return line.split(":", 1)[1].strip()
+    return platform.processor() or "unknown"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=pathlib.Path, default=ROOT / "benchmarks" / "results" / "speed.json")
+    parser.add_argument("--steps", type=int, default=200, help="training steps per batching measurement")
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--skip-chapters", action="store_true", help="measure only the batching (minutes)")
+    args = parser.parse_args()
+    load_before = os.getloadavg()
+    chapters = [] if args.skip_chapters else [chapter_cost(path) for path in CHAPTERS]
+    for row in chapters:
+        print(f"{row['chapter']:<32} {row['wall_seconds']:>7} s wall {row['cpu_seconds']:>7} s CPU  {row['trainings']} trainings")
+    rows = batching([4, 8, 16], [32, 128], args.steps, args.repeats)
+    for row in rows:
+        print(f"batch {row['batch']:>3}, K={row['seeds']:>2}: loop {row['loop_ms_per_step']} ms, batched {row['batched_ms_per_step']} ms, x{row['speedup']}")
+    result = {
+        "machine": {"cpu": cpu_model(), "cores": os.cpu_count(), "torch_threads": 1,
+                    "load_before": [round(x, 2) for x in load_before], "load_after": [round(x, 2) for x in os.getloadavg()]},
+        "chapters": chapters,
+        "batching": rows,
+        "batching_steps": args.steps,
+    }
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(result, indent=1) + "\n")
+    print(f"wrote {args.out}")
+
+
+if __name__ == "__main__":
+    main()
