@@ -18,7 +18,7 @@ CHROMIUM := /usr/bin/chromium
 CHROMIUM_VERSION := 156.0.8078.114-1~deb12u1
 # The browser test fails if the whole book holds fewer static slider figures than this.
 MIN_SLIDERS ?= 1
-NB ?= $(wildcard notebooks/*.ipynb)
+NB ?= $(wildcard notebooks/*.ipynb book/*.ipynb)
 # Both cores: pytest-xdist workers and parallel notebook execution, one torch thread each.
 WORKERS ?= 2
 ROOT := $(filter 0,$(shell id -u))
@@ -29,7 +29,7 @@ SUDO := $(if $(ROOT),,sudo)
 export OMP_NUM_THREADS := 1
 export MKL_NUM_THREADS := 1
 
-.PHONY: book test unit nbval browser execute lab
+.PHONY: book test unit nbval browser execute bench lab
 
 # Prints how long a stage took: $(call timed,name,command)
 timed = start=$$(date +%s); $(2); echo "stage $(1): $$(( $$(date +%s) - start )) s"
@@ -61,6 +61,12 @@ execute: $(ENV)
 	  $(BIN)/jupyter nbconvert --to notebook --execute --inplace --log-level=WARN \
 	    --ExecutePreprocessor.timeout=7200 --ExecutePreprocessor.record_timing=False {} \
 	  && echo "executed {} in $$(( $$(date +%s) - start )) s"'
+
+# Measures what every chapter costs and what batching seeds buys (about ten minutes, one thread),
+# then re-executes the speed page that shows it.
+bench: $(ENV)
+	$(BIN)/python benchmarks/speed.py
+	$(MAKE) --no-print-directory execute NB=book/speed.ipynb
 
 lab: $(ENV)
 	$(BIN)/jupyter lab $(if $(ROOT),--allow-root)

@@ -8,8 +8,9 @@
    seed-steps (steps x seeds) and seed-steps per second of training time.
 2. The batched trainer against a Python loop over the same seeds (`train(seeds=[s])` per seed),
    at K = 4, 8, 16 seeds and batch 32 and 128, on chapter 5's model: CPU milliseconds per step of
-   all K seeds, and the ratio. Timed as the minimum CPU time of this thread over repeats (see
-   `batched_training.py`, which also profiles where a step's time goes).
+   all K seeds, and the ratio. Timed as the minimum CPU time of this thread over repeats.
+3. For the widest setting, the time the batched step spends inside matmuls (`batched_training.py`
+   profiles every aten op): the loop's step over that is the most any batching could gain.
 
 The results file is what the appendix's speed page (`book/speed.ipynb`) plots; re-execute that page
 after a new measurement (`make bench` does both). Timings depend on the machine and its load: the
@@ -28,7 +29,7 @@ import time
 import nbformat
 from nbclient import NotebookClient
 
-from batched_training import cpu_time
+from batched_training import cpu_time, op_seconds_per_step
 from lengthgen_lite import ModelConfig, SetComplement, TrainConfig, seed_everything, train
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
@@ -104,6 +105,23 @@ def batching(seed_counts: list[int], batches: list[int], steps: int, repeats: in
     return rows
 
 
+def matmul_bound(seeds: int, batch: int, loop_ms_per_step: float) -> dict[str, float]:
+    """How far batching could go: the loop's step time over the batched step's time inside matmuls.
+
+    A matmul costs the same per seed batched or not (it runs at the core's matmul speed either way),
+    so even if batching removed every other cost, the speed-up could not exceed this ratio.
+    """
+    seed_everything(0)
+    ops = op_seconds_per_step(
+        ModelConfig(vocab_size=16, d_model=64), SetComplement(v=16, train_length=4),
+        TrainConfig(steps=20, warmup=5, batch=batch, targets="sampled"), list(range(seeds)),
+    )
+    matmul_ms = 1e3 * (ops.get("linear matmuls", 0.0) + ops.get("attention matmuls", 0.0))
+    other_ms = 1e3 * ops.get("other ops", 0.0)
+    return {"seeds": seeds, "batch": batch, "batched_matmul_ms_per_step": round(matmul_ms, 2),
+            "batched_other_ops_ms_per_step": round(other_ms, 2), "speedup_bound": round(loop_ms_per_step / matmul_ms, 2)}
+
+
 def cpu_model() -> str:
     for line in pathlib.Path("/proc/cpuinfo").read_text().splitlines():
         if line.startswith("model name"):
@@ -125,12 +143,16 @@ def main() -> None:
     rows = batching([4, 8, 16], [32, 128], args.steps, args.repeats)
     for row in rows:
         print(f"batch {row['batch']:>3}, K={row['seeds']:>2}: loop {row['loop_ms_per_step']} ms, batched {row['batched_ms_per_step']} ms, x{row['speedup']}")
+    widest = max(rows, key=lambda r: (r["seeds"], r["batch"]))
+    bound = matmul_bound(widest["seeds"], widest["batch"], widest["loop_ms_per_step"])
+    print(f"batch {bound['batch']}, K={bound['seeds']}: speed-up bound from the matmuls alone x{bound['speedup_bound']}")
     result = {
         "machine": {"cpu": cpu_model(), "cores": os.cpu_count(), "torch_threads": 1,
                     "load_before": [round(x, 2) for x in load_before], "load_after": [round(x, 2) for x in os.getloadavg()]},
         "chapters": chapters,
         "batching": rows,
         "batching_steps": args.steps,
+        "matmul_bound": bound,
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=1) + "\n")

@@ -1,0 +1,60 @@
+"""The speed page's figures: what each chapter costs, and what batching seeds buys (book/speed.ipynb).
+
+Both read the results file that `make bench` writes (`benchmarks/speed.py`); nothing here measures.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+from matplotlib.figure import Figure
+
+from .common import panels
+
+
+def _check_rows(rows: Sequence[Mapping[str, Any]], needed: Sequence[str], what: str) -> None:
+    if not rows:
+        raise ValueError(f"no {what} rows to plot")
+    missing = sorted({key for row in rows for key in needed if key not in row})
+    if missing:
+        raise ValueError(f"{what} rows lack {missing}; each row needs {list(needed)}")
+
+
+def plot_chapter_costs(rows: Sequence[Mapping[str, Any]], *, budget: float | None = None, title: str) -> Figure:
+    """Wall and CPU seconds per chapter (bars), with an optional per-chapter budget line."""
+    _check_rows(rows, ("chapter", "wall_seconds", "cpu_seconds"), "chapter")
+    fig, (ax,) = panels(1, width=8.0, height=3.6, title=title)
+    x = np.arange(len(rows))
+    ax.bar(x - 0.2, [r["wall_seconds"] for r in rows], width=0.4, label="wall")
+    ax.bar(x + 0.2, [r["cpu_seconds"] for r in rows], width=0.4, label="CPU (kernel)")
+    if budget is not None:
+        ax.axhline(budget, color="0.3", linestyle="--", linewidth=1, label=f"budget {budget:g} s")
+    ax.set_xticks(x, [r["chapter"].split("_", 1)[0] for r in rows])
+    ax.set_xlabel("chapter")
+    ax.set_ylabel("seconds, one torch thread")
+    ax.legend(fontsize="small")
+    return fig
+
+
+def plot_batching(rows: Sequence[Mapping[str, Any]], *, title: str) -> Figure:
+    """Left: CPU ms per step of all K seeds, loop against batched; right: the speed-up, per batch size."""
+    _check_rows(rows, ("batch", "seeds", "loop_ms_per_step", "batched_ms_per_step", "speedup"), "batching")
+    fig, (left, right) = panels(2, width=5.0, height=3.6, title=title)
+    for batch in sorted({r["batch"] for r in rows}):
+        mine = sorted((r for r in rows if r["batch"] == batch), key=lambda r: r["seeds"])
+        k = [r["seeds"] for r in mine]
+        (line,) = left.plot(k, [r["loop_ms_per_step"] for r in mine], marker="o", label=f"loop, batch {batch}")
+        left.plot(k, [r["batched_ms_per_step"] for r in mine], marker="s", linestyle="--", color=line.get_color(),
+                  label=f"batched, batch {batch}")
+        right.plot(k, [r["speedup"] for r in mine], marker="o", color=line.get_color(), label=f"batch {batch}")
+    for ax in (left, right):
+        ax.set_xlabel("seeds K trained together")
+        ax.set_xticks(sorted({r["seeds"] for r in rows}))
+        ax.legend(fontsize="small")
+    left.set_ylabel("CPU ms per step of all K seeds")
+    left.set_title("Loop over seeds against one batched training")
+    right.set_ylabel("speed-up (loop time / batched time)")
+    right.set_title("What batching buys")
+    right.axhline(1.0, color="0.5", linewidth=0.8)
+    return fig

@@ -1,0 +1,78 @@
+"""The replication scorecard (book/scorecard.md) agrees with the chapters' stored outputs.
+
+Its verdicts and numbers are glued from the chapters, so they cannot be typed in by hand; this
+checks that every entry exists in its chapter, that verdicts use the four words, that every link
+target exists, and that no chapter computes an entry the scorecard leaves out.
+"""
+
+import ast
+import json
+import pathlib
+import re
+
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+PAGE = (ROOT / "book" / "scorecard.md").read_text()
+VERDICTS = {"reproduced", "partly reproduced", "not reproduced", "not testable here"}
+GLUE = re.compile(r"\{glue:text\}`/notebooks/([\w.]+\.ipynb)::([\w-]+):s`")
+REF = re.compile(r"\{ref\}`[^`<]*<([\w-]+)>`")
+
+
+def stored_glue(notebook: str) -> dict[str, str]:
+    """Every glued value in a stored notebook: key -> its text/plain value (a Python literal)."""
+    nb = json.loads((ROOT / "notebooks" / notebook).read_text())
+    values = {}
+    for cell in nb["cells"]:
+        for out in cell.get("outputs", []):
+            name = out.get("metadata", {}).get("scrapbook", {}).get("name")
+            if name is not None:
+                values[name] = out["data"]["application/papermill.record/text/plain"]
+    return values
+
+
+def labels(notebook: str) -> set[str]:
+    nb = json.loads((ROOT / "notebooks" / notebook).read_text())
+    text = "\n".join("".join(c["source"]) for c in nb["cells"] if c["cell_type"] == "markdown")
+    return set(re.findall(r"^\(([\w-]+)\)=", text, re.M))
+
+
+ENTRIES = GLUE.findall(PAGE)
+NOTEBOOKS = sorted({nb for nb, _ in ENTRIES})
+
+
+def test_every_row_has_a_verdict_a_number_and_a_link():
+    rows = [line for line in PAGE.splitlines() if line.startswith("| ") and "glue:text" in line]
+    assert len(rows) >= 20
+    for row in rows:
+        keys = [key for _, key in GLUE.findall(row)]
+        assert len(keys) == 2 and keys[0].endswith("-verdict") and keys[1].endswith("-number"), row
+        claim = keys[0].removesuffix("-verdict")
+        assert keys[1] == f"{claim}-number"
+        assert REF.findall(row) == [claim], "the row links to the chapter's evidence for the same claim"
+
+
+@pytest.mark.parametrize("notebook", NOTEBOOKS)
+def test_entries_exist_in_the_chapter_and_verdicts_are_words(notebook):
+    glued = stored_glue(notebook)
+    for nb, key in ENTRIES:
+        if nb != notebook:
+            continue
+        assert key in glued, f"{key} is not glued in {notebook}'s stored outputs"
+        value = ast.literal_eval(glued[key])
+        assert isinstance(value, str) and value.strip()
+        if key.endswith("-verdict"):
+            assert value in VERDICTS, f"{key} = {value!r}"
+
+
+@pytest.mark.parametrize("notebook", NOTEBOOKS)
+def test_links_point_at_chapter_labels(notebook):
+    targets = {key.removesuffix("-verdict") for nb, key in ENTRIES if nb == notebook and key.endswith("-verdict")}
+    assert targets <= labels(notebook), f"missing labels in {notebook}: {sorted(targets - labels(notebook))}"
+
+
+def test_no_chapter_entry_is_left_off_the_page():
+    on_page = {key for _, key in ENTRIES}
+    for path in sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb")):
+        computed = {key for key in stored_glue(path.name) if re.fullmatch(r"ch\d-score-[\w-]+-(verdict|number)", key)}
+        assert computed <= on_page, f"{path.name} computes scorecard entries the page leaves out: {sorted(computed - on_page)}"
