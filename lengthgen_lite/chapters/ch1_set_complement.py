@@ -38,6 +38,6 @@ def train_baseline(
     *,
     progress: bool = True,
 ) -> TrainResult:
-    """Train the baseline once per seed, all seeds in one batched :func:`train` call."""
+    """Train the baseline once per seed, all seeds in one batched :func:`~lengthgen_lite.core.training.train` call."""
     task, model_cfg, train_cfg = baseline_setup(targets, norm)
     return train(model_cfg, task, train_cfg, seeds, progress=progress, desc=f"{targets} targets, norm={norm}")

@@ -1,14 +1,14 @@
 """Beyond set complement: norm placements and EMA on a board game and a formal-language suite. Chapter 7.
 
 Runs are declared as data (:class:`RunSpec`: task, norm placement, target kind). :func:`run_spec`
-trains one spec for all seeds in one batched :func:`train` call with an EMA riding along, and
+trains one spec for all seeds in one batched :func:`~lengthgen_lite.core.training.train` call with an EMA riding along, and
 scores the raw and the averaged weights at every length on one fixed test batch per task
 (:func:`evaluate_lengths`). Length is the number of tokens seen: moves played in the game, symbols
 read in a language. Every task trains on lengths ``1..train_length`` and is tested up to
 ``test_length`` (two to three times longer).
 
 The settings are the book's choice; neither paper's game or language set-up is published in what
-we have. The model is the package's one-layer attention-only :class:`Transformer` without
+we have. The model is the package's one-layer attention-only :class:`~lengthgen_lite.core.model.Transformer` without
 positional encoding, as in chapters 1-6.
 """
 
@@ -52,7 +52,7 @@ class TaskSetup:
 
 
 def task_setup(name: str) -> TaskSetup:
-    """The chapter's configuration of task ``name`` (one of :data:`TASKS`)."""
+    """The chapter's configuration of task ``name`` (one of ``TASKS``)."""
     if name == "tictactoe":  # 4 x 4, four in a row: wins need 7 moves; train on 8 moves, test all 16
         game = TicTacToe(n=4, k=4, train_length=8)
         return TaskSetup(game, 8, game.max_length, d_model=64, steps=500)

@@ -282,7 +282,7 @@ LANGUAGES: dict[str, type[Language]] = {"dyck1": Dyck1, "anbn": AnBn, "unlock": 
 
 
 def make_language(name: str, train_length: int = 16) -> Language:
-    """The language called ``name`` (one of :data:`LANGUAGES`), trained on words cut at ``train_length``."""
+    """The language called ``name`` (one of ``LANGUAGES``), trained on words cut at ``train_length``."""
     if name not in LANGUAGES:
         raise ValueError(f"language name={name!r} is unknown; allowed: {tuple(LANGUAGES)}")
     return LANGUAGES[name](train_length=train_length)
