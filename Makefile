@@ -17,7 +17,7 @@ CHROMIUM := /usr/bin/chromium
 # may be gone from the mirror: then the current one is installed.
 CHROMIUM_VERSION := 156.0.8078.114-1~deb12u1
 # The browser test fails if the whole book holds fewer static slider figures than this.
-MIN_SLIDERS ?= 1
+MIN_SLIDERS ?= 7
 NB ?= $(wildcard notebooks/*.ipynb book/*.ipynb)
 # Both cores: pytest-xdist workers and parallel notebook execution, one torch thread each.
 WORKERS ?= 2
