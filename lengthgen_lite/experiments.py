@@ -84,6 +84,19 @@ def _built(path: str, factory: Callable[..., Any], **kwargs: Any) -> Any:
         raise ValueError(f"{path}: {err} (checked as {getattr(factory, '__name__', 'factory')}({given}))") from None
 
 
+def _distinct_ints(name: str, values: object, minimum: int, meaning: str) -> tuple[int, ...]:
+    """``values`` as a tuple if it is a non-empty list of distinct ints >= ``minimum``; otherwise a
+    ValueError naming the field (and the index of a bad entry)."""
+    if isinstance(values, str) or not isinstance(values, Sequence) or not values:
+        _fail(name, values, f"a non-empty list of distinct ints >= {minimum} ({meaning})")
+    for i, value in enumerate(values):
+        if not _is_int(value) or value < minimum:
+            _fail(f"{name}[{i}]", value, f"an int >= {minimum} ({meaning})")
+    if len(set(values)) != len(values):
+        _fail(name, values, "distinct ints (no duplicates)")
+    return tuple(values)
+
+
 @dataclass(frozen=True)
 class TaskSpec:
     """The task: its name in ``TASKS`` and its parameters."""
@@ -169,14 +182,7 @@ class EvalSpec:
 
     def __post_init__(self) -> None:
         if self.lengths is not None:
-            lengths = self.lengths
-            if isinstance(lengths, str) or not isinstance(lengths, Sequence) or not lengths:
-                _fail("evaluation.lengths", lengths, "null (all of 1..v-1) or a non-empty list of prefix lengths s")
-            for i, s in enumerate(lengths):
-                if not _is_int(s) or s < 1:
-                    _fail(f"evaluation.lengths[{i}]", s, "an int >= 1 (a prefix length s)")
-            if len(set(lengths)) != len(lengths):
-                _fail("evaluation.lengths", lengths, "distinct lengths (no duplicates)")
+            lengths = _distinct_ints("evaluation.lengths", self.lengths, 1, "prefix lengths s; or null for all of 1..v-1")
             object.__setattr__(self, "lengths", tuple(sorted(lengths)))
         if not _is_int(self.n_sequences) or self.n_sequences < 1:
             _fail("evaluation.n_sequences", self.n_sequences, "an int >= 1")
@@ -201,15 +207,7 @@ class ExperimentConfig:
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name.strip():
             _fail("name", self.name, "a non-empty string")
-        seeds = self.seeds
-        if isinstance(seeds, str) or not isinstance(seeds, Sequence) or not seeds:
-            _fail("seeds", seeds, "a non-empty list of distinct ints >= 0")
-        for i, seed in enumerate(seeds):
-            if not _is_int(seed) or seed < 0:
-                _fail(f"seeds[{i}]", seed, "an int >= 0")
-        if len(set(seeds)) != len(seeds):
-            _fail("seeds", seeds, "distinct ints (no duplicates)")
-        object.__setattr__(self, "seeds", tuple(seeds))
+        object.__setattr__(self, "seeds", _distinct_ints("seeds", self.seeds, 0, "seeds"))
         for section, kind in SECTIONS.items():
             if not isinstance(getattr(self, section), kind):
                 _fail(section, getattr(self, section), f"a {kind.__name__}")

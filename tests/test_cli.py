@@ -11,15 +11,9 @@ import pytest
 from lengthgen_lite.cli import main, parse_lengths, parse_seeds
 from lengthgen_lite.experiments import Results
 
+from tiny_experiment import TINY
+
 ROOT = pathlib.Path(__file__).resolve().parents[1]
-TINY = {
-    "name": "tiny",
-    "seeds": [0, 1],
-    "task": {"name": "set_complement", "v": 6, "train_length": 3},
-    "model": {"placements": ["none", "attn_out"], "d_model": 16},
-    "train": {"steps": 30, "warmup": 5, "targets": ["sampled"], "ema_beta": 0.9},
-    "evaluation": {"n_sequences": 200},
-}
 
 
 @pytest.fixture

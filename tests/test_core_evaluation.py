@@ -110,3 +110,14 @@ def test_prefix_profile_rejects_bad_tokens():
     for tokens in ([0, 1], [0, 1, 1], [0, 1, 4]):
         with pytest.raises(ValueError, match="distinct ids"):
             prefix_profile(model, tokens)
+
+
+def test_seed_values_filters_and_orders_by_seed():
+    from lengthgen_lite.core.evaluation import seed_values
+
+    rows = [{"norm": n, "seed": s, "tv": 10 * s + i} for i, n in enumerate(("none", "post")) for s in (2, 0, 1)]
+    np.testing.assert_array_equal(seed_values(rows, "tv", norm="post"), [1.0, 11.0, 21.0])
+    with pytest.raises(ValueError, match="no row matches"):
+        seed_values(rows, "tv", norm="pre")
+    with pytest.raises(ValueError, match="column 'gap' is unknown"):
+        seed_values(rows, "gap", norm="post")

@@ -19,18 +19,11 @@ from lengthgen_lite.experiments import (
     run_experiment,
 )
 
+from tiny_experiment import TINY
+
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 CONFIGS = ROOT / "configs"
 
-# The tiny experiment every run test uses: v = 6, 30 steps, 2 seeds, two placements, EMA riding along.
-TINY = {
-    "name": "tiny",
-    "seeds": [0, 1],
-    "task": {"name": "set_complement", "v": 6, "train_length": 3},
-    "model": {"placements": ["none", "attn_out"], "d_model": 16},
-    "train": {"steps": 30, "warmup": 5, "targets": ["sampled"], "ema_beta": 0.9},
-    "evaluation": {"n_sequences": 200},
-}
 
 
 def with_change(path: str, value: object) -> dict:

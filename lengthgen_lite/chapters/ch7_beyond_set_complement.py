@@ -24,6 +24,7 @@ from torch import nn
 
 from ..core import metrics
 from ..core.averaging import make_ema
+from ..core.evaluation import seed_values
 from ..core.games import TicTacToe
 from ..core.languages import LANGUAGES, Language, make_language
 from ..core.model import ModelConfig, NormPlacement, run_with_cache
@@ -216,16 +217,6 @@ def summary_rows(runs: Sequence[Run]) -> list[dict[str, object]]:
                 row = {**dataclasses.asdict(run.spec), "variant": variant, "seed": seed}
                 rows.append(row | {name: float(values[k]) for name, values in columns.items()})
     return rows
-
-
-def seed_values(rows: Sequence[dict[str, object]], column: str, **where: object) -> np.ndarray:
-    """``column`` of the rows matching ``where`` (e.g. ``task="dyck1", norm="post", variant="raw"``), in seed order."""
-    chosen = [row for row in rows if all(row.get(key) == value for key, value in where.items())]
-    if not chosen:
-        raise ValueError(f"no row matches {where!r}")
-    if column not in chosen[0]:
-        raise ValueError(f"column {column!r} is unknown; rows have {sorted(chosen[0])}")
-    return np.array([row[column] for row in sorted(chosen, key=lambda row: row["seed"])], dtype=float)
 
 
 def full_length_example(batch: Batch) -> int:

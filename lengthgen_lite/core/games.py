@@ -23,21 +23,15 @@ from typing import Sequence
 import torch
 from torch import Tensor
 
-from .tasks import Batch
+from .tasks import Batch, PerSeedSampler, check_int
 
 EMPTY, FIRST, SECOND = -1, 0, 1  # board cell contents; FIRST and SECOND are the players
 
 
-def _check_int(name: str, value: object, minimum: int, maximum: int | None = None) -> None:
-    if not isinstance(value, int) or isinstance(value, bool) or value < minimum or (maximum is not None and value > maximum):
-        allowed = f">= {minimum}" if maximum is None else f"in {minimum}..{maximum}"
-        raise ValueError(f"{name} must be an int {allowed}, got {value!r}")
-
-
 def winning_lines(n: int, k: int) -> Tensor:
     """Every window of ``k`` cells in a row, column or diagonal of an ``n x n`` board: [lines, n^2] bool."""
-    _check_int("n", n, 2)
-    _check_int("k", k, 2, n)
+    check_int("n", n, 2)
+    check_int("k", k, 2, n)
     lines = []
     for r, c in itertools.product(range(n), repeat=2):
         for dr, dc in ((0, 1), (1, 0), (1, 1), (1, -1)):
@@ -50,7 +44,7 @@ def winning_lines(n: int, k: int) -> Tensor:
 
 
 @dataclass(frozen=True)
-class TicTacToe:
+class TicTacToe(PerSeedSampler):
     """Tic-Tac-Toe on ``n x n`` won with ``k`` in a row; trained on games cut after ``train_length`` moves.
 
     The input size of a batch is the number of move slots; a game that ends earlier is padded.
@@ -61,9 +55,9 @@ class TicTacToe:
     train_length: int = 6
 
     def __post_init__(self) -> None:
-        _check_int("n", self.n, 2, 8)
-        _check_int("k", self.k, 2, self.n)
-        _check_int("train_length", self.train_length, 1, self.n * self.n)
+        check_int("n", self.n, 2, 8)
+        check_int("k", self.k, 2, self.n)
+        check_int("train_length", self.train_length, 1, self.n * self.n)
 
     @property
     def cells(self) -> int:
@@ -95,17 +89,11 @@ class TicTacToe:
     def train_sizes(self) -> Sequence[int]:
         return (self.train_length,)
 
-    def sample_train_batch(self, batch: int, size: int, generator: torch.Generator) -> Batch:
-        """``batch`` random games, cut after ``size`` moves (any size in 1..n^2; test sizes use this too)."""
-        one = self.sample_train_batches(batch, size, [generator])
-        return Batch(one.inputs[0], one.targets[0], one.loss_mask[0])
+    def _check_size(self, size: int) -> None:
+        check_int("size", size, 1, self.cells)  # games cut after ``size`` moves; test sizes too
 
-    def sample_train_batches(self, batch: int, size: int, generators: Sequence[torch.Generator]) -> Batch:
-        """One batch per generator on a leading [K] axis: the random draws per seed, the rules once for all."""
-        _check_int("batch", batch, 1)
-        _check_int("size", size, 1, self.cells)
-        if not generators:
-            raise ValueError("generators must hold at least one torch.Generator (one per seed)")
+    def _draw(self, batch: int, size: int, generators: Sequence[torch.Generator]) -> Batch:
+        """Random games: the random draws per seed, the rules once for all seeds."""
         noise = torch.stack([torch.rand(batch, size, self.cells, generator=g) for g in generators])
         inputs, targets, mask = self.play(noise.reshape(-1, size, self.cells))
         K = len(generators)
@@ -144,7 +132,7 @@ class TicTacToe:
         """The board after ``moves`` (cells, players alternating from FIRST): [n^2] with EMPTY/FIRST/SECOND."""
         board = torch.full((self.cells,), EMPTY)
         for t, cell in enumerate(moves):
-            _check_int("cell", cell, 0, self.cells - 1)
+            check_int("cell", cell, 0, self.cells - 1)
             if board[cell] != EMPTY:
                 raise ValueError(f"cell {cell} is played twice in moves {list(moves)!r}")
             board[cell] = t % 2

@@ -32,17 +32,11 @@ from typing import ClassVar, Sequence
 import torch
 from torch import Tensor
 
-from .tasks import Batch
-
-
-def _check_int(name: str, value: object, minimum: int, maximum: int | None = None) -> None:
-    if not isinstance(value, int) or isinstance(value, bool) or value < minimum or (maximum is not None and value > maximum):
-        allowed = f">= {minimum}" if maximum is None else f"in {minimum}..{maximum}"
-        raise ValueError(f"{name} must be an int {allowed}, got {value!r}")
+from .tasks import Batch, PerSeedSampler, check_int
 
 
 @dataclass(frozen=True)
-class Language:
+class Language(PerSeedSampler):
     """Shared plumbing: the Task protocol, token/string conversion and legal sets from a recogniser.
 
     Subclasses define ``alphabet``, ``accepts``, ``is_prefix``, ``_walk`` (random words from
@@ -55,7 +49,7 @@ class Language:
     min_size: ClassVar[int] = 1  # the shortest input size the generator supports
 
     def __post_init__(self) -> None:
-        _check_int("train_length", self.train_length, self.min_size)
+        check_int("train_length", self.train_length, self.min_size)
 
     # --- the Task protocol --------------------------------------------------------------------
     @property
@@ -77,17 +71,11 @@ class Language:
     def train_sizes(self) -> Sequence[int]:
         return (self.train_length,)
 
-    def sample_train_batch(self, batch: int, size: int, generator: torch.Generator) -> Batch:
-        """``batch`` random words cut (or padded) to ``size`` symbols; test sizes use this too."""
-        one = self.sample_train_batches(batch, size, [generator])
-        return Batch(one.inputs[0], one.targets[0], one.loss_mask[0])
+    def _check_size(self, size: int) -> None:
+        check_int("size", size, self.min_size)  # words cut (or padded) to ``size`` symbols; test sizes too
 
-    def sample_train_batches(self, batch: int, size: int, generators: Sequence[torch.Generator]) -> Batch:
-        """One batch per generator on a leading [K] axis: noise per seed, the rules once for all."""
-        _check_int("batch", batch, 1)
-        _check_int("size", size, self.min_size)
-        if not generators:
-            raise ValueError("generators must hold at least one torch.Generator (one per seed)")
+    def _draw(self, batch: int, size: int, generators: Sequence[torch.Generator]) -> Batch:
+        """Random words: noise per seed, the rules once for all seeds."""
         noise = torch.stack([torch.rand(batch, size, generator=g) for g in generators])  # [K, batch, size]
         tokens, mask = self._walk(noise.reshape(-1, size))
         targets = self.targets(tokens, mask)
