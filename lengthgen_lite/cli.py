@@ -16,7 +16,6 @@ import json
 import pathlib
 from typing import Any, Sequence
 
-# --- imports from the rest of the package: one block, rewritten mechanically when modules move ---
 from .experiments import BACKENDS, OVERRIDE_KEYS, ExperimentConfig, check_run_options, run_experiment
 
 # ---------------------------------------------------------------------------------------------------

@@ -7,7 +7,6 @@ import tomllib
 
 import pytest
 
-# --- imports from the package: one block, rewritten mechanically when modules move ---
 from lengthgen_lite.cli import main, parse_lengths, parse_seeds
 from lengthgen_lite.experiments import Results
 

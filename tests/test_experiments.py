@@ -7,7 +7,6 @@ import sys
 import numpy as np
 import pytest
 
-# --- imports from the package: one block, rewritten mechanically when modules move ---
 from lengthgen_lite.chapters.ch1_set_complement import baseline_setup
 from lengthgen_lite.experiments import (
     METRICS,
