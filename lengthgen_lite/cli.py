@@ -18,7 +18,6 @@ from typing import Any, Sequence
 
 from .experiments import BACKENDS, OVERRIDE_KEYS, ExperimentConfig, check_run_options, run_experiment
 
-# ---------------------------------------------------------------------------------------------------
 
 
 def parse_seeds(text: str) -> list[int]:
