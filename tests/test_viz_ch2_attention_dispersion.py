@@ -67,3 +67,9 @@ def test_relative_attention_pattern_is_centred_on_uniform():
     values = np.ma.compressed(ax.collections[0].get_array())
     np.testing.assert_allclose(values, [1, 1, 1, 1.5, 0.75, 0.75])
     assert ax.collections[0].get_clim() == pytest.approx((0.5, 1.5))  # symmetric around 1
+
+
+def test_dispersion_draw_draws_each_figure_once():
+    draw = dispersion_draw(grid())
+    assert draw(s=2, example=1) is draw(s=2, example=1)
+    assert draw(s=2, example=1) is not draw(s=3, example=1)

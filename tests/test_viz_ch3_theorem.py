@@ -124,3 +124,13 @@ def test_theorem_sliders(comparisons):
     callback(v=6, C=1.0, s=5)
     with pytest.raises(ValueError, match="every"):
         theorem_live_slider({key: comparisons[key] for key in list(comparisons)[:3]})
+
+
+def test_theorem_draw_draws_each_figure_once_and_sliders_share_it(comparisons):
+    draw = theorem_draw(comparisons)
+    assert draw(v=4, C=1.0, s=3) is draw(v=4, C=1.0, s=5)  # s beyond v-1 is the v-1 figure
+    assert draw(v=6, C=2.0, s=2) is not draw(v=6, C=2.0, s=3)
+    static = theorem_static_slider(comparisons, name="ch3-test", draw=draw)
+    assert static.labels == theorem_static_slider(comparisons, name="ch3-test").labels
+    widget, callback = theorem_live_slider(comparisons, draw=draw)
+    callback(v=4, C=2.0, s=5)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from functools import cache
 
 import numpy as np
 import plotly.graph_objects as go
@@ -48,13 +49,17 @@ class DispersionGrid:
 
 
 def dispersion_draw(grid: DispersionGrid) -> Callable[..., go.Figure]:
-    """``draw(s, example)``: three panels for prefix length ``s`` (1..L) of sequence ``example``."""
+    """``draw(s, example)``: three panels for prefix length ``s`` (1..L) of sequence ``example``.
+
+    Each figure is drawn once and then reused: the static and the live slider share the same grid.
+    """
     n, length = grid.tokens.shape
     v = grid.probs.shape[-1]
     lengths = np.arange(1, length + 1)
     top = 1.05 * max(1.0, float(np.max(grid.probs)))
     entropy_top = 1.1 * max(float(np.log(length)), float(np.max(grid.entropy)))
 
+    @cache
     def draw(s: int, example: int) -> go.Figure:
         if not 1 <= s <= length or not 0 <= example < n:
             raise ValueError(f"need 1 <= s <= {length} and 0 <= example < {n}, got s={s!r}, example={example!r}")

@@ -7,6 +7,7 @@ Plotting only: every function takes results computed by :mod:`lengthgen_lite.cha
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
+from functools import cache
 
 import numpy as np
 import plotly.graph_objects as go
@@ -130,7 +131,8 @@ def theorem_draw(comparisons: Mapping[tuple[int, float], NormComparison]) -> Cal
     """``draw(v, C, s)``: logits, softmax against p*, and margin/C against 2/s, with and without LN.
 
     ``comparisons`` maps (v, C) to :func:`lengthgen_lite.chapters.ch3_construction.norm_comparison`. Axis ranges are
-    fixed across the whole grid so that a static slider only swaps data; s > v-1 is clamped.
+    fixed across the whole grid so that a static slider only swaps data; s > v-1 is clamped. Each
+    figure is drawn once: pass the same ``draw`` to both sliders and they share it.
     """
     if not comparisons:
         raise ValueError("comparisons must hold at least one (v, C) entry")
@@ -145,72 +147,93 @@ def theorem_draw(comparisons: Mapping[tuple[int, float], NormComparison]) -> Cal
     def draw(v: int, C: float, s: int) -> go.Figure:
         if (v, C) not in comparisons:
             raise ValueError(f"(v, C) = {(v, C)!r} is not in the grid; available: {sorted(comparisons)}")
+        return drawn(v, C, min(int(s), v - 1))  # s beyond v-1 shows v-1: the same figure
+
+    # The layout is the same for every (v, C, s): build it once, then each figure only adds traces.
+    layout = make_subplots(
+        rows=1,
+        cols=3,
+        column_widths=[0.34, 0.34, 0.32],
+        subplot_titles=("logit minus an absent token's", "next-token distribution", "margin in units of C"),
+    )
+    layout.update_layout(
+        barmode="group",
+        height=540,
+        margin={"t": 135},
+        legend={"orientation": "h", "x": 0, "y": 1.17, "yanchor": "bottom"},
+        title={"text": "Same precision C at lengths 1-2, then length s (hand-built, d = v)", "y": 0.97},
+        shapes=[{"type": "rect", "xref": "x3", "yref": "y3 domain", "x0": 0.5, "x1": 2.5, "y0": 0, "y1": 1,
+                 "fillcolor": "#ccc", "opacity": 0.4, "line": {"width": 0}, "layer": "below"}],
+    )
+    layout.update_xaxes(title_text="token", range=[-0.6, v_max - 0.4], row=1, col=1)
+    layout.update_yaxes(title_text="logit difference", range=[1.05 * low, 0.45 * abs(low)], row=1, col=1)
+    layout.update_xaxes(title_text="next token", range=[-0.6, v_max - 0.4], row=1, col=2)
+    layout.update_yaxes(title_text="probability", range=[0, 1.05], row=1, col=2)
+    layout.update_xaxes(title_text="prefix length s (grey: 1-2)", range=[0.5, v_max - 0.5], row=1, col=3)
+    layout.update_yaxes(title_text="margin / C", range=[0, 1.05 * high], row=1, col=3)
+    panel = {col: {"xaxis": f"x{'' if col == 1 else col}", "yaxis": f"y{'' if col == 1 else col}"} for col in (1, 2, 3)}
+
+    @cache
+    def drawn(v: int, C: float, s: int) -> go.Figure:
         comparison = comparisons[(v, C)]
-        s = min(int(s), v - 1)
         tokens, lengths = np.arange(v), np.arange(1, v)
         profiles = {NO_NORM: comparison.none, WITH_NORM: comparison.attn_out}
         colors = {NO_NORM: PALETTE[1], WITH_NORM: PALETTE[2]}
-        fig = make_subplots(
-            rows=1,
-            cols=3,
-            column_widths=[0.34, 0.34, 0.32],
-            subplot_titles=("logit minus an absent token's", "next-token distribution", "margin in units of C"),
-        )
-        for name, profile in profiles.items():
-            fig.add_trace(
-                go.Bar(x=tokens, y=relative(profile.logits)[s - 1], marker_color=colors[name], name=name,
-                       legendgroup=name), row=1, col=1)
-        fig.add_trace(go.Bar(x=tokens, y=comparison.none.targets[s - 1], marker_color=PALETTE[0], name="target p*"),
-                      row=1, col=2)
-        for name, profile in profiles.items():
-            fig.add_trace(go.Bar(x=tokens, y=profile.probs[s - 1], marker_color=colors[name], name=name,
-                                 legendgroup=name, showlegend=False), row=1, col=2)
-        fig.add_trace(go.Scatter(x=np.arange(s), y=np.zeros(s), mode="markers", name="seen (illegal)",
-                                 marker={"symbol": "x", "color": "#222", "size": 8}), row=1, col=2)
-        for name, profile in profiles.items():
-            fig.add_trace(go.Scatter(x=lengths, y=profile.margin / C, mode="lines+markers", name=name,
-                                     line={"color": colors[name]}, legendgroup=name, showlegend=False), row=1, col=3)
-        fig.add_trace(go.Scatter(x=lengths, y=comparison.law / C, mode="lines", name="the law 2C/s, in units of C",
-                                 line={"dash": "dash", "color": "#333"}), row=1, col=3)
+        traces = [
+            go.Bar(x=tokens, y=relative(profile.logits)[s - 1], marker_color=colors[name], name=name,
+                   legendgroup=name, **panel[1])
+            for name, profile in profiles.items()
+        ]
+        traces.append(go.Bar(x=tokens, y=comparison.none.targets[s - 1], marker_color=PALETTE[0], name="target p*",
+                             **panel[2]))
+        traces += [
+            go.Bar(x=tokens, y=profile.probs[s - 1], marker_color=colors[name], name=name, legendgroup=name,
+                   showlegend=False, **panel[2])
+            for name, profile in profiles.items()
+        ]
+        traces.append(go.Scatter(x=np.arange(s), y=np.zeros(s), mode="markers", name="seen (illegal)",
+                                 marker={"symbol": "x", "color": "#222", "size": 8}, **panel[2]))
+        traces += [
+            go.Scatter(x=lengths, y=profile.margin / C, mode="lines+markers", name=name, line={"color": colors[name]},
+                       legendgroup=name, showlegend=False, **panel[3])
+            for name, profile in profiles.items()
+        ]
+        traces.append(go.Scatter(x=lengths, y=comparison.law / C, mode="lines", name="the law 2C/s, in units of C",
+                                 line={"dash": "dash", "color": "#333"}, **panel[3]))
         here = [profile.margin[s - 1] / C for profile in profiles.values()]
-        fig.add_trace(go.Scatter(x=[s, s], y=here, mode="markers", name="this s",
-                                 marker={"size": 12, "color": PALETTE[3], "symbol": "circle-open",
-                                         "line": {"width": 2}}), row=1, col=3)
+        traces.append(go.Scatter(x=[s, s], y=here, mode="markers", name="this s",
+                                 marker={"size": 12, "color": PALETTE[3], "symbol": "circle-open", "line": {"width": 2}},
+                                 **panel[3]))
         note = (f"v={v}, C={C:g}, s={s}<br>margin: {comparison.none.margin[s - 1]:.3f} no norm, "
                 f"{comparison.attn_out.margin[s - 1]:.3f} LN<br>TV: {comparison.none.tv[s - 1]:.3f} no norm, "
                 f"{comparison.attn_out.tv[s - 1]:.3f} LN")
-        fig.add_trace(go.Scatter(x=[v_max - 0.5], y=[0.04 * abs(low)], mode="text", text=[note],
-                                 textposition="top left", showlegend=False, textfont={"size": 11}), row=1, col=1)
-        fig.update_layout(
-            barmode="group",
-            height=540,
-            margin={"t": 135},
-            legend={"orientation": "h", "x": 0, "y": 1.17, "yanchor": "bottom"},
-            title={"text": "Same precision C at lengths 1-2, then length s (hand-built, d = v)", "y": 0.97},
-            shapes=[{"type": "rect", "xref": "x3", "yref": "y3 domain", "x0": 0.5, "x1": 2.5, "y0": 0, "y1": 1,
-                     "fillcolor": "#ccc", "opacity": 0.4, "line": {"width": 0}, "layer": "below"}],
-        )
-        fig.update_xaxes(title_text="token", range=[-0.6, v_max - 0.4], row=1, col=1)
-        fig.update_yaxes(title_text="logit difference", range=[1.05 * low, 0.45 * abs(low)], row=1, col=1)
-        fig.update_xaxes(title_text="next token", range=[-0.6, v_max - 0.4], row=1, col=2)
-        fig.update_yaxes(title_text="probability", range=[0, 1.05], row=1, col=2)
-        fig.update_xaxes(title_text="prefix length s (grey: 1-2)", range=[0.5, v_max - 0.5], row=1, col=3)
-        fig.update_yaxes(title_text="margin / C", range=[0, 1.05 * high], row=1, col=3)
-        return fig
+        traces.append(go.Scatter(x=[v_max - 0.5], y=[0.04 * abs(low)], mode="text", text=[note],
+                                 textposition="top left", showlegend=False, textfont={"size": 11}, **panel[1]))
+        return go.Figure(data=traces, layout=layout.layout)
 
     return draw
 
 
-def theorem_static_slider(comparisons: Mapping[tuple[int, float], NormComparison], *, name: str) -> SliderFigure:
-    """The static (no-kernel) slider: one step per valid (v, C, s), labelled ``v=8, C=2, s=3``."""
-    draw = theorem_draw(comparisons)
+def theorem_static_slider(
+    comparisons: Mapping[tuple[int, float], NormComparison], *, name: str, draw: Callable[..., go.Figure] | None = None
+) -> SliderFigure:
+    """The static (no-kernel) slider: one step per valid (v, C, s), labelled ``v=8, C=2, s=3``.
+
+    ``draw`` is ``theorem_draw(comparisons)`` if given (to share its figures with the live slider).
+    """
+    draw = theorem_draw(comparisons) if draw is None else draw
     cases = {f"v={v}, C={C:g}, s={s}": (v, C, s) for (v, C) in comparisons for s in range(1, v)}
     return static_slider_figure(lambda case: draw(*cases[case]), {"case": list(cases)}, name=name)
 
 
-def theorem_live_slider(comparisons: Mapping[tuple[int, float], NormComparison]):
-    """ipywidgets sliders for v, C and s (s beyond v-1 is clamped); needs a kernel."""
-    draw = theorem_draw(comparisons)
+def theorem_live_slider(
+    comparisons: Mapping[tuple[int, float], NormComparison], *, draw: Callable[..., go.Figure] | None = None
+):
+    """ipywidgets sliders for v, C and s (s beyond v-1 is clamped); needs a kernel.
+
+    ``draw`` is ``theorem_draw(comparisons)`` if given (to reuse the static slider's figures).
+    """
+    draw = theorem_draw(comparisons) if draw is None else draw
     vs = sorted({v for v, _ in comparisons})
     Cs = sorted({C for _, C in comparisons})
     if len(comparisons) != len(vs) * len(Cs):
