@@ -1,3 +1,5 @@
+import dataclasses
+
 import numpy as np
 import pytest
 import torch
@@ -5,8 +7,11 @@ import torch
 from lengthgen_lite.chapters.ch5_post_norm import (
     OUTPUT_NORM,
     PLACEMENTS,
+    dropout_seed_values,
     frozen_divisor,
     gap_profile,
+    growth,
+    per_seed,
     run_placement,
     seed_values,
     summary_rows,
@@ -132,3 +137,50 @@ def test_stack_profile():
         stack_profile([], "gap")
     with pytest.raises(ValueError, match="field 'tv' is unknown"):
         stack_profile(profiles, "tv")
+
+
+def test_per_seed_reads_one_placement_without_dropout(short_runs):
+    dropout = run_placement("none", "soft", seeds=[0, 1], steps=5, resid_dropout=0.1, progress=False)
+    rows = summary_rows([*short_runs, dropout])
+    values = per_seed(rows, "tv_beyond", "soft", "none")
+    np.testing.assert_allclose(values, [t.tv[4:].mean() for t in short_runs[0].tables])  # not the dropout rows
+    assert rows[0]["n_layers"] == 1 and rows[0]["d_mlp"] == 0
+    with pytest.raises(ValueError, match="no row matches"):
+        per_seed(rows, "tv_beyond", "sampled", "none")
+
+
+def test_dropout_seed_values_pairs_each_rate_with_its_baseline(short_runs):
+    dropout = run_placement("none", "soft", seeds=[0, 1], steps=5, attn_dropout=0.3, progress=False)
+    rows = summary_rows([*short_runs, dropout])
+    np.testing.assert_allclose(
+        dropout_seed_values(rows, "tv_train", "soft", "attn_dropout", 0.3), [t.tv[:4].mean() for t in dropout.tables]
+    )
+    np.testing.assert_allclose(
+        dropout_seed_values(rows, "tv_train", "soft", "resid_dropout", 0.0), [t.tv[:4].mean() for t in short_runs[0].tables]
+    )
+    with pytest.raises(ValueError, match="kind='mlp_dropout' is unknown"):
+        dropout_seed_values(rows, "tv_train", "soft", "mlp_dropout", 0.1)
+    with pytest.raises(ValueError, match="no row matches"):
+        dropout_seed_values(rows, "tv_train", "soft", "attn_dropout", 0.1)
+
+
+def test_growth_is_one_for_the_one_over_s_law():
+    seed_everything(4)
+    profile = gap_profile(Transformer(ModelConfig(vocab_size=8, d_model=16)).eval(), n_sequences=20)
+    law = dataclasses.replace(profile, gap=3.0 / profile.s)  # gap = c / s exactly: s * gap is flat
+    rising = dataclasses.replace(profile, gap=np.ones(7))  # gap constant: s * gap grows 7-fold
+    np.testing.assert_allclose(growth([law, rising]), [1.0, 7.0])
+    np.testing.assert_allclose(growth([dataclasses.replace(profile, frozen_gap=2.0 / profile.s)], "frozen_gap"), [1.0])
+    with pytest.raises(ValueError, match="at least one GapProfile"):
+        growth([])
+    with pytest.raises(ValueError, match="field 'tv' is unknown"):
+        growth([law], "tv")
+
+
+def test_run_placement_builds_a_deeper_model():
+    run = run_placement("post", "sampled", seeds=[0], steps=3, d_mlp=32, progress=False)
+    assert run.label == "norm=post, d_mlp=32" and run.result.models[0].cfg.d_mlp == 32
+    assert summary_rows([run])[0]["d_mlp"] == 32
+    assert run_placement("pre", "soft", seeds=[0], steps=2, n_layers=2, progress=False).label == "norm=pre, layers=2"
+    with pytest.raises(ValueError, match="d_mlp must be an int >= 0"):
+        run_placement("post", "soft", seeds=[0], steps=2, d_mlp=-1, progress=False)

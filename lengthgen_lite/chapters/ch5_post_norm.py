@@ -22,7 +22,7 @@ import torch
 from torch import Tensor, nn
 
 from ..core import metrics
-from ..core.evaluation import LengthTable, evaluate_seeds
+from ..core.evaluation import LengthTable, evaluate_seeds, seed_values
 from ..core.model import NormPlacement, run_with_cache
 from ..core.seeding import make_generator
 from ..core.tasks import sample_sequences, seen_mask
@@ -46,16 +46,23 @@ class PlacementRun:
     resid_dropout: float
     result: TrainResult  # .models: one trained model per seed
     tables: list[LengthTable]  # one per seed, on the same test sequences
+    n_layers: int = 1
+    d_mlp: int = 0
 
     @property
     def label(self) -> str:
-        """``norm=post``, plus the dropout rates when there are any."""
-        return _label(self.norm, self.attn_dropout, self.resid_dropout)
+        """``norm=post``, plus the dropout rates and a deeper model's size when they differ from the baseline."""
+        return _label(self.norm, self.attn_dropout, self.resid_dropout, self.n_layers, self.d_mlp)
 
 
-def _label(norm: str, attn_dropout: float, resid_dropout: float) -> str:
-    rates = (("attn_dropout", attn_dropout), ("resid_dropout", resid_dropout))
-    return ", ".join([f"norm={norm}", *(f"{name}={p:g}" for name, p in rates if p)])
+def _label(norm: str, attn_dropout: float, resid_dropout: float, n_layers: int = 1, d_mlp: int = 0) -> str:
+    extras = (("attn_dropout", attn_dropout), ("resid_dropout", resid_dropout))
+    parts = [f"norm={norm}", *(f"{name}={p:g}" for name, p in extras if p)]
+    if n_layers != 1:
+        parts.append(f"layers={n_layers}")
+    if d_mlp:
+        parts.append(f"d_mlp={d_mlp}")
+    return ", ".join(parts)
 
 
 def run_placement(
@@ -65,22 +72,29 @@ def run_placement(
     *,
     attn_dropout: float = 0.0,
     resid_dropout: float = 0.0,
+    n_layers: int = 1,
+    d_mlp: int = 0,
     steps: int | None = None,
     progress: bool = True,
 ) -> PlacementRun:
     """Train the chapter-1 baseline with this norm placement (and dropout) on every seed at once.
 
-    ``steps`` overrides the baseline's number of training steps (None: keep it).
+    ``n_layers`` and ``d_mlp`` make the model deeper (the baseline: one attention-only layer), to
+    show where ``post`` and ``pre_final`` stop being nearly the same model. ``steps`` overrides the
+    baseline's number of training steps (None: keep it).
     """
     task, model_cfg, train_cfg = baseline_setup(targets, norm)  # validates norm and targets
-    model_cfg = replace(model_cfg, attn_dropout=attn_dropout, resid_dropout=resid_dropout)  # validates rates
+    model_cfg = replace(  # validates rates and sizes
+        model_cfg, attn_dropout=attn_dropout, resid_dropout=resid_dropout, n_layers=n_layers, d_mlp=d_mlp
+    )
     if steps is not None:
         if not isinstance(steps, int) or isinstance(steps, bool) or steps < 1:
             raise ValueError(f"steps must be a positive int or None (the baseline's), got {steps!r}")
         train_cfg = replace(train_cfg, steps=steps, warmup=min(train_cfg.warmup, steps))
-    desc = f"{targets} targets, {_label(norm, attn_dropout, resid_dropout)}"
+    desc = f"{targets} targets, {_label(norm, attn_dropout, resid_dropout, n_layers, d_mlp)}"
     result = train(model_cfg, task, train_cfg, seeds, progress=progress, desc=desc)
-    return PlacementRun(norm, targets, attn_dropout, resid_dropout, result, evaluate_seeds(result.models, task.v))
+    tables = evaluate_seeds(result.models, task.v)
+    return PlacementRun(norm, targets, attn_dropout, resid_dropout, result, tables, n_layers, d_mlp)
 
 
 def _length_ranges(s: np.ndarray, train_length: int) -> tuple[np.ndarray, np.ndarray]:
@@ -104,6 +118,8 @@ def summary_rows(runs: Sequence[PlacementRun], train_length: int = TRAIN_LENGTH)
                     "targets": run.targets,
                     "attn_dropout": run.attn_dropout,
                     "resid_dropout": run.resid_dropout,
+                    "n_layers": run.n_layers,
+                    "d_mlp": run.d_mlp,
                     "seed": seed,
                     "tv_train": float(table.tv[inside].mean()),
                     "tv_beyond": float(table.tv[beyond].mean()),
@@ -116,14 +132,23 @@ def summary_rows(runs: Sequence[PlacementRun], train_length: int = TRAIN_LENGTH)
     return rows
 
 
-def seed_values(rows: Sequence[dict[str, object]], column: str, **where: object) -> np.ndarray:
-    """``column`` of the rows matching ``where`` (e.g. ``norm="post", targets="soft"``), in seed order."""
-    chosen = [row for row in rows if all(row.get(key) == value for key, value in where.items())]
-    if not chosen:
-        raise ValueError(f"no row matches {where!r}")
-    if column not in chosen[0]:
-        raise ValueError(f"column {column!r} is unknown; rows have {sorted(chosen[0])}")
-    return np.array([row[column] for row in sorted(chosen, key=lambda row: row["seed"])], dtype=float)
+def per_seed(rows: Sequence[dict[str, object]], column: str, targets: str, norm: str) -> np.ndarray:
+    """``column`` for one placement and target kind, without dropout, one value per seed (seed order)."""
+    return seed_values(rows, column, targets=targets, norm=norm, attn_dropout=0.0, resid_dropout=0.0)
+
+
+DROPOUT_KINDS = ("attn_dropout", "resid_dropout")
+
+
+def dropout_seed_values(rows: Sequence[dict[str, object]], column: str, targets: str, kind: str, p: float) -> np.ndarray:
+    """``column`` of the no-norm runs with dropout ``kind`` at rate ``p`` and the other kind off, per seed.
+
+    ``p = 0`` selects the no-dropout baseline, so a comparison reads the same rows for both sides.
+    """
+    if kind not in DROPOUT_KINDS:
+        raise ValueError(f"kind={kind!r} is unknown; allowed: {DROPOUT_KINDS}")
+    rates = {"attn_dropout": 0.0, "resid_dropout": 0.0, kind: float(p)}
+    return seed_values(rows, column, targets=targets, norm="none", **rates)
 
 
 @contextmanager
@@ -213,3 +238,13 @@ def stack_profile(profiles: Sequence[GapProfile], field: str) -> np.ndarray:
     if field not in PROFILE_FIELDS:
         raise ValueError(f"field {field!r} is unknown; allowed: {PROFILE_FIELDS}")
     return np.stack([getattr(profile, field) for profile in profiles])
+
+
+def growth(profiles: Sequence[GapProfile], field: str = "gap") -> np.ndarray:
+    """``s * field`` at the longest ``s`` over its value at ``s = 1``, per profile (seed): [K].
+
+    1 means the 1/s law holds exactly; above 1, something (a norm) keeps the gap from shrinking.
+    """
+    stacked = stack_profile(profiles, field)  # [K, len(s)]; validates profiles and field
+    scaled = profiles[0].s * stacked
+    return scaled[:, -1] / scaled[:, 0]
