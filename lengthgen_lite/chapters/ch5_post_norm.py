@@ -1,7 +1,7 @@
 """Norm placements on set complement: a runner, a tidy summary, and what the output norm does.
 Chapter 5.
 
-Every run is the chapter-1 baseline (:mod:`.ch1_set_complement`) with only the norm placement
+Every run is the chapter-1 baseline (:mod:`~lengthgen_lite.chapters.ch1_set_complement`) with only the norm placement
 (and, for the first paper version's remedy, dropout) changed; a configuration's seeds train in one
 batched :func:`~lengthgen_lite.core.training.train` call.
 

@@ -39,7 +39,7 @@ from .ch1_set_complement import baseline_setup
 
 
 def flat_gradient(model: nn.Module, inputs: Tensor, targets: Tensor, mask: Tensor) -> Tensor:
-    """Gradient of :func:`training_loss` w.r.t. all parameters of ``model``, flattened: [n_params].
+    """Gradient of :func:`~lengthgen_lite.core.training.training_loss` w.r.t. all parameters of ``model``, flattened: [n_params].
 
     Runs in eval mode (no dropout), so the only randomness is the batch and its targets.
     """
@@ -174,7 +174,7 @@ LengthRange = Literal["train", "beyond"]
 
 @dataclass(frozen=True)
 class RunSpec:
-    """One training configuration on the book's baseline task and model (see :mod:`.ch1_set_complement`)."""
+    """One training configuration on the book's baseline task and model (see :mod:`~lengthgen_lite.chapters.ch1_set_complement`)."""
 
     norm: NormPlacement = "none"
     lr: float = 3e-3
