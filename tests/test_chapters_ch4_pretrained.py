@@ -35,6 +35,19 @@ def test_layer0_outputs_shapes_and_w_o(tiny):
     torch.testing.assert_close(after, dense(before))
 
 
+def test_rows_only_match_the_full_layer(tiny):
+    """Computing only the read rows gives the numbers of the model's own full attention layer."""
+    tokens = pretrained.random_token_sequences(12, 3, make_generator(2), 2100, 101, 102)
+    before, after, n_eff = pretrained.layer0_attention_outputs(tiny, tokens, [1, 0, "middle"])
+    attention = tiny.encoder.layer[0].attention
+    with torch.no_grad():
+        context, weights = attention.self(tiny.embeddings(input_ids=tokens))
+    rows = [1, 0, 6]
+    torch.testing.assert_close(before, context[:, rows])
+    torch.testing.assert_close(after, attention.output.dense(context[:, rows]))
+    torch.testing.assert_close(n_eff, 1.0 / weights[:, :, rows].square().sum(-1))
+
+
 def test_std_table_shapes_and_determinism(tiny):
     a = pretrained.attention_output_std(tiny, [8, 16], [1], n_sequences=20, chunk=7)
     b = pretrained.attention_output_std(tiny, [8, 16], [1], n_sequences=20, chunk=20)

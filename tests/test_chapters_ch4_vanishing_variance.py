@@ -15,6 +15,7 @@ from lengthgen_lite.chapters.ch4_vanishing_variance import (
     shift_statistics,
     stack_field,
     standardize,
+    verdict,
 )
 from lengthgen_lite.core.model import RetrievalTransformer, retrieval_config
 from lengthgen_lite.core.seeding import make_generator, seed_everything
@@ -51,6 +52,18 @@ def test_chunking_does_not_change_the_draws():
     torch.testing.assert_close(a.outputs, b.outputs)  # chunks draw the same numbers in order
 
 
+def test_a_common_item_mean_shifts_the_output_and_keeps_its_spread():
+    """Sum_i a_i = 1: shifting every item by mu shifts o by W_V mu; the logits move by one constant,
+    so the weights, N_eff and the spread do not change (the law needs no zero-mean values)."""
+    head = random_head(d_model=8, seed=0)
+    plain = random_head_outputs(head, 16, 200, 1.0, make_generator(3))
+    shifted = random_head_outputs(head, 16, 200, 1.0, make_generator(3), item_mean=2.0)
+    torch.testing.assert_close(shifted.n_eff, plain.n_eff)
+    offset = head.w_v @ torch.full((8,), 2.0)
+    torch.testing.assert_close(shifted.outputs, plain.outputs + offset, atol=1e-4, rtol=1e-4)
+    assert offset.abs().max() > 0.5  # the shift is not trivially small
+
+
 def test_loglog_slope_recovers_a_power():
     N = np.array([4, 16, 64, 256])
     assert loglog_slope(N, 3.0 * N**-0.5) == pytest.approx(-0.5)
@@ -75,6 +88,8 @@ def test_shift_statistics_and_standardize():
         (lambda: random_head_outputs(random_head(4), 3, 2, 1.0, make_generator(0), chunk=0), "chunk must be"),
         (lambda: random_head_outputs(random_head(4), 3, 2, -1.0, make_generator(0)), "logit_scale must be"),
         (lambda: random_head_outputs(random_head(4), 3, 2, float("inf"), make_generator(0)), "logit_scale must be"),
+        (lambda: random_head_outputs(random_head(4), 3, 2, 1.0, make_generator(0), item_mean=float("nan")), "item_mean must be"),
+        (lambda: random_head_outputs(random_head(4), 3, 2, 1.0, make_generator(0), chunk=0), "chunk must be"),
         (lambda: loglog_slope([1, 2], [1.0]), "same length"),
         (lambda: loglog_slope([1], [1.0]), "same length >= 2"),
         (lambda: loglog_slope([1, 2], [1.0, 0.0]), "positive and finite"),
@@ -133,9 +148,27 @@ def test_baseline_tables_have_no_normed_statistics_and_scaling_changes_outputs()
     assert not any(m._forward_hooks for m in model.modules())
 
 
+def test_chunked_evaluation_gives_the_numbers_of_one_forward():
+    seed_everything(7)
+    model = RetrievalTransformer(small(DICT, "layernorm")).eval()
+    one, chunked = (evaluate_retrieval(model, DICT, [4, 16], n_samples=60, chunk=c) for c in (60, 7))
+    for name in ("accuracy", "target_attention", "n_eff", "feature_var", "global_var", "normed_median_feature_var"):
+        np.testing.assert_allclose(getattr(chunked, name), getattr(one, name), rtol=1e-5, atol=1e-7)
+    before = [attention_output_samples(model, DICT, 16, n_samples=60, chunk=c)[0] for c in (60, 7)]
+    torch.testing.assert_close(before[0], before[1])
+    argmax_model = RetrievalTransformer(small(ARGMAX, "baseline")).eval()
+    misses = [argmax_near_misses(argmax_model, ARGMAX, 8, n_samples=60, chunk=c) for c in (60, 7)]
+    assert misses[0] == misses[1]
+    with pytest.raises(ValueError, match="chunk must be"):
+        attention_output_samples(model, DICT, 16, chunk=0)
+    with pytest.raises(ValueError, match="chunk must be"):
+        argmax_near_misses(argmax_model, ARGMAX, 8, chunk=-1)
+
+
 @pytest.mark.parametrize(
     "kwargs, message",
-    [(dict(sizes=[]), "non-empty list"), (dict(sizes=[0]), "positive ints"), (dict(sizes=[4, 8], scale=[1.0]), "one entry per size")],
+    [(dict(sizes=[]), "non-empty list"), (dict(sizes=[0]), "positive ints"), (dict(sizes=[4, 8], scale=[1.0]), "one entry per size"),
+     (dict(sizes=[4], chunk=0), "chunk must be")],
 )
 def test_evaluate_rejects_bad_arguments(kwargs, message):
     model = RetrievalTransformer(small(DICT, "baseline"))
@@ -181,3 +214,8 @@ def test_argmax_near_misses_counts_runner_up_labels():
     assert abs(result.near_miss - result.chance) < 0.15  # an untrained model names runner-ups by chance
     with pytest.raises(ValueError, match="runners_up must be"):
         argmax_near_misses(model, ARGMAX, N=3, runners_up=3)
+
+
+def test_verdict_words():
+    assert verdict(True) == verdict(True, partly=True) == "reproduced"
+    assert verdict(False, partly=True) == "partly reproduced" and verdict(False) == "not reproduced"

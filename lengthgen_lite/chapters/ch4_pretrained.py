@@ -106,7 +106,10 @@ def layer0_attention_outputs(
     [batch, len(positions), d_model], and N_eff = 1 / sum_i a_i^2 per head, [batch, head, len(positions)].
 
     Only the embeddings and layer 0's attention run; bidirectional, so every position attends over
-    all N tokens. The model must use eager attention (``load_minilm`` does), which returns the weights.
+    all N tokens. Only the rows of the read positions are computed: their queries against every
+    key, through the model's own projections and its eager attention function (the same numbers
+    as the full layer at those rows; a unit test checks it), so N = 512 costs O(N), not O(N^2).
+    The model must use eager attention (``load_minilm`` does).
     """
     if tokens.dim() != 2 or tokens.dtype != torch.long:
         raise ValueError(f"tokens must be [batch, N] long, got {tuple(tokens.shape)} {tokens.dtype}")
@@ -115,14 +118,24 @@ def layer0_attention_outputs(
         raise ValueError(f"N={N} exceeds the model's {limit} position embeddings")
     if not positions:
         raise ValueError("positions must name at least one position")
+    if model.config._attn_implementation != "eager":
+        raise ValueError("the model computes no attention weights; load it with attn_implementation='eager'")
+    from transformers.models.bert.modeling_bert import eager_attention_forward
+
     index = [resolve_position(p, N) for p in positions]
     attention = model.encoder.layer[0].attention
+    heads = attention.self
     hidden = model.embeddings(input_ids=tokens)  # [batch, N, d_model]
-    context, weights = attention.self(hidden)  # [batch, N, d_model] (heads concatenated), [batch, head, N, N]
-    if weights is None:
-        raise ValueError("the model returned no attention weights; load it with attn_implementation='eager'")
-    context = context[:, index]
-    n_eff = 1.0 / weights[:, :, index].square().sum(dim=-1)  # [batch, head, len(positions)]
+
+    def split(x: torch.Tensor) -> torch.Tensor:  # [batch, n, d_model] -> [batch, head, n, d_head]
+        return x.view(x.shape[0], x.shape[1], -1, heads.attention_head_size).transpose(1, 2)
+
+    query = split(heads.query(hidden[:, index]))
+    context, weights = eager_attention_forward(
+        heads, query, split(heads.key(hidden)), split(heads.value(hidden)), None, scaling=heads.scaling
+    )  # [batch, len(positions), head, d_head], [batch, head, len(positions), N]
+    context = context.reshape(tokens.shape[0], len(index), -1)
+    n_eff = 1.0 / weights.square().sum(dim=-1)  # [batch, head, len(positions)]
     return context, attention.output.dense(context), n_eff
 
 
@@ -138,7 +151,7 @@ class StdTable:
 
 
 def attention_output_std(
-    model: Any, sizes: Sequence[int], positions: Sequence[Position], n_sequences: int = 128, seed: int = 0, chunk: int = 32,
+    model: Any, sizes: Sequence[int], positions: Sequence[Position], n_sequences: int = 128, seed: int = 0, chunk: int = 16,
 ) -> StdTable:
     """The std across ``n_sequences`` random-token sequences of layer 0's attention output components.
 
