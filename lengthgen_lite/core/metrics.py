@@ -16,7 +16,7 @@ def _check_same_shape(a: Tensor, b: Tensor, names: str) -> None:
 
 
 def total_variation(probs: Tensor, targets: Tensor) -> Tensor:
-    """TV(p, p*) = 1/2 sum_i |p_i - p*_i|, in [0, 1]: [..., v] -> [...]."""
+    """``TV(p, p*) = 1/2 sum_i |p_i - p*_i|``, in [0, 1]: [..., v] -> [...]."""
     _check_same_shape(probs, targets, "probs and targets")
     return 0.5 * (probs - targets).abs().sum(dim=-1)
 
