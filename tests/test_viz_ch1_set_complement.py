@@ -2,17 +2,11 @@ import matplotlib
 
 matplotlib.use("Agg")
 
-import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 
 from lengthgen_lite.viz.ch1_set_complement import plot_distribution_bars, plot_training_loss  # noqa: E402
 
-
-@pytest.fixture(autouse=True)
-def close_figures():
-    yield
-    plt.close("all")
 
 
 def test_distribution_bars_show_target_prediction_and_seen_tokens():

@@ -2,7 +2,6 @@ import matplotlib
 
 matplotlib.use("Agg")
 
-import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 from matplotlib.collections import QuadMesh  # noqa: E402
@@ -23,11 +22,6 @@ from lengthgen_lite.viz.ch3_theorem import (  # noqa: E402
     theorem_static_slider,
 )
 
-
-@pytest.fixture(autouse=True)
-def close_figures():
-    yield
-    plt.close("all")
 
 
 def fake_sweep(v=5, dims=(3, 4, 6), k=2, steps=4):

@@ -2,7 +2,6 @@ import matplotlib
 
 matplotlib.use("Agg")
 
-import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 
@@ -18,11 +17,6 @@ from lengthgen_lite.viz.sliders import static_slider_figure  # noqa: E402
 
 N = np.array([4, 16, 64, 256])
 
-
-@pytest.fixture(autouse=True)
-def close_figures():
-    yield
-    plt.close("all")
 
 
 def test_loglog_std_shows_fitted_slopes_and_the_reference_law():

@@ -2,7 +2,6 @@ import matplotlib
 
 matplotlib.use("Agg")
 
-import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 from matplotlib.colors import to_hex  # noqa: E402
@@ -22,11 +21,6 @@ from lengthgen_lite.viz.ch6_ema import (  # noqa: E402
     temperature_slider_figure,
 )
 
-
-@pytest.fixture(autouse=True)
-def close_figures():
-    yield
-    plt.close("all")
 
 
 def grid_rows():

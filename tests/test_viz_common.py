@@ -27,11 +27,6 @@ S = np.arange(1, 6)
 SEEDS = np.array([S * 0.1, S * 0.3, S * 0.2])  # [K=3, len(s)]: seed 0 lowest, seed 1 highest everywhere
 
 
-@pytest.fixture(autouse=True)
-def close_figures():
-    yield
-    plt.close("all")
-
 
 def line(ax, label):
     """The drawn curve with this legend label (whatever order the artists were added in)."""

@@ -15,6 +15,8 @@ from typing import Sequence
 
 import numpy as np
 
+from ..core.evaluation import loglog_slope
+
 
 def _lengths(s: Sequence[float]) -> np.ndarray:
     s = np.asarray(s, dtype=float)
@@ -29,7 +31,7 @@ def power_law_exponent(s: Sequence[float], y: Sequence[float]) -> float:
     y = np.asarray(y, dtype=float)
     if y.shape != s.shape or not np.all(y > 0):
         raise ValueError(f"y must hold one positive value per length ({len(s)}), got {y.tolist()!r}")
-    return float(np.polyfit(np.log(s), np.log(y), 1)[0])
+    return loglog_slope(s, y)
 
 
 def exponent_slack(s: Sequence[float], spread: float) -> float:

@@ -24,6 +24,7 @@ import torch
 from torch import Tensor, nn
 
 from ..core import metrics
+from ..core.evaluation import loglog_slope
 from ..core.model import RETRIEVAL_VARIANTS, RetrievalTransformer, retrieval_config, run_with_cache
 from ..core.seeding import make_generator
 from ..core.tasks import ArgmaxRetrieval, RetrievalTask
@@ -99,16 +100,6 @@ def random_head_outputs(
         outputs.append(torch.einsum("bn,bnd->bd", weights, x @ head.w_v.T))  # [chunk, d]
         n_eff.append(1.0 / weights.square().sum(dim=-1))
     return HeadSample(torch.cat(outputs), torch.cat(n_eff))
-
-
-def loglog_slope(N: Sequence[float], y: Sequence[float]) -> float:
-    """Least-squares slope of log y against log N: -1/2 for y ~ N^(-1/2)."""
-    n, v = np.asarray(N, dtype=float), np.asarray(y, dtype=float)
-    if n.ndim != 1 or n.shape != v.shape or n.size < 2:
-        raise ValueError(f"N and y must be 1-D of the same length >= 2, got shapes {n.shape} and {v.shape}")
-    if (n <= 0).any() or (v <= 0).any() or not np.isfinite(v).all():
-        raise ValueError("N and y must be positive and finite for a log-log fit")
-    return float(np.polyfit(np.log(n), np.log(v), 1)[0])
 
 
 @dataclass(frozen=True)

@@ -154,3 +154,14 @@ def seed_values(rows: Sequence[dict[str, object]], column: str, **where: object)
     if column not in chosen[0]:
         raise ValueError(f"column {column!r} is unknown; rows have {sorted(chosen[0])}")
     return np.array([row[column] for row in sorted(chosen, key=lambda row: row["seed"])], dtype=float)
+
+
+def loglog_slope(x: Sequence[float], y: Sequence[float]) -> float:
+    """Least-squares slope of log y against log x: -1 for y ~ 1/x (chapter 2's gap), -1/2 for
+    y ~ x^(-1/2) (chapter 4's std)."""
+    xs, ys = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
+    if xs.ndim != 1 or xs.shape != ys.shape or xs.size < 2:
+        raise ValueError(f"x and y must be 1-D of the same length >= 2, got shapes {xs.shape} and {ys.shape}")
+    if (xs <= 0).any() or (ys <= 0).any() or not np.isfinite(ys).all():
+        raise ValueError("x and y must be positive and finite for a log-log fit")
+    return float(np.polyfit(np.log(xs), np.log(ys), 1)[0])

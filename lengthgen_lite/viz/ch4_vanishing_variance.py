@@ -14,7 +14,7 @@ import plotly.graph_objects as go
 from matplotlib.axes import Axes
 from plotly.subplots import make_subplots
 
-from ..chapters.ch4_vanishing_variance import loglog_slope
+from ..core.evaluation import loglog_slope
 from .common import as_seed_array, ensure_axes, plot_curves
 from .style import PALETTE
 
