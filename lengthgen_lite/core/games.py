@@ -86,9 +86,6 @@ class TicTacToe(PerSeedSampler):
         """The longest game: every cell filled."""
         return self.cells
 
-    def train_sizes(self) -> Sequence[int]:
-        return (self.train_length,)
-
     def _check_size(self, size: int) -> None:
         check_int("size", size, 1, self.cells)  # games cut after ``size`` moves; test sizes too
 

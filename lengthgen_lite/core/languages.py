@@ -68,9 +68,6 @@ class Language(PerSeedSampler):
     def n_outputs(self) -> int:
         return len(self.alphabet) + 1  # symbols, then EOS
 
-    def train_sizes(self) -> Sequence[int]:
-        return (self.train_length,)
-
     def _check_size(self, size: int) -> None:
         check_int("size", size, self.min_size)  # words cut (or padded) to ``size`` symbols; test sizes too
 
@@ -105,7 +102,8 @@ class Language(PerSeedSampler):
         return legal | {"EOS"} if self.accepts(prefix) else legal
 
     def accepts(self, word: str) -> bool:
-        raise NotImplementedError
+        """Whether ``word`` is in the language; by default every legal prefix is a word (``EOS`` always legal)."""
+        return self.is_prefix(word)
 
     def is_prefix(self, word: str) -> bool:
         raise NotImplementedError
@@ -204,9 +202,6 @@ class NoRepeat(Language):
     name: ClassVar[str] = "no-repeat"
     alphabet: ClassVar[str] = "abcd"
 
-    def accepts(self, word: str) -> bool:
-        return self.is_prefix(word)
-
     def is_prefix(self, word: str) -> bool:
         self._check_word(word)
         return all(x != y for x, y in zip(word, word[1:]))
@@ -239,9 +234,6 @@ class Unlock(Language):
 
     name: ClassVar[str] = "unlock"
     alphabet: ClassVar[str] = "abc"
-
-    def accepts(self, word: str) -> bool:
-        return self.is_prefix(word)
 
     def is_prefix(self, word: str) -> bool:
         self._check_word(word)

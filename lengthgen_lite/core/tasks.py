@@ -117,6 +117,10 @@ class PerSeedSampler:
     ``sample_train_batches``, so the two agree by construction.
     """
 
+    def train_sizes(self) -> Sequence[int]:
+        """One training size, ``self.train_length``, unless a task trains on several."""
+        return (self.train_length,)
+
     def _check_size(self, size: int) -> None:
         raise NotImplementedError
 
@@ -154,9 +158,6 @@ class SetComplement(PerSeedSampler):
     @property
     def n_outputs(self) -> int:
         return self.v
-
-    def train_sizes(self) -> Sequence[int]:
-        return (self.train_length,)
 
     def _check_size(self, size: int) -> None:
         _check_vocab_and_length(self.v, size)
