@@ -59,16 +59,17 @@ print(json.dumps({"cpu_seconds": time.process_time(), "trainings": _TRAININGS}))
 def chapter_cost(path: pathlib.Path) -> dict[str, object]:
     """Execute one chapter as `make execute` does and report its cost."""
     nb = nbformat.read(path, as_version=4)
+    # The counting prelude and the report are cells of the notebook: nbclient stores each executed
+    # cell back at the index it is given, so a cell run under another's index would replace it.
+    nb.cells = [nbformat.v4.new_code_cell(COUNT_TRAININGS), *nb.cells, nbformat.v4.new_code_cell(REPORT)]
     client = NotebookClient(nb, timeout=7200, kernel_name="python3", resources={"metadata": {"path": str(path.parent)}})
-    start = time.perf_counter()
     with client.setup_kernel(env={**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}):
-        client.execute_cell(nbformat.v4.new_code_cell(COUNT_TRAININGS), 0)
-        for index, cell in enumerate(nb.cells):
+        start = time.perf_counter()
+        for index, cell in enumerate(nb.cells[:-1]):
             if cell.cell_type == "code":
                 client.execute_cell(cell, index)
         wall = time.perf_counter() - start
-        report = nbformat.v4.new_code_cell(REPORT)
-        client.execute_cell(report, len(nb.cells))
+        report = client.execute_cell(nb.cells[-1], len(nb.cells) - 1)
     counts = json.loads(report.outputs[0]["text"])
     seed_steps = sum(n for n, _ in counts["trainings"])
     train_seconds = sum(s for _, s in counts["trainings"])

@@ -47,15 +47,18 @@ def execute_and_compare(
     """
     stored = nbformat.read(path, as_version=4)
     fresh = copy.deepcopy(stored)
+    # The prelude is a cell of its own at the top: nbclient stores every executed cell back into
+    # the notebook at the index it is given, so a cell run under another cell's index replaces it.
+    fresh.cells.insert(0, nbformat.v4.new_code_cell(prelude or ""))
     client = NotebookClient(
         fresh, timeout=CELL_TIMEOUT, kernel_name="python3", resources={"metadata": {"path": str(path.parent)}}
     )
     report = Report()
     with client.setup_kernel(env={**os.environ, **(env or {})}):
-        if prelude is not None:
-            client.execute_cell(nbformat.v4.new_code_cell(prelude), 0)
+        client.execute_cell(fresh.cells[0], 0)
         code = 0
-        for index, (cell, stored_cell) in enumerate(zip(fresh.cells, stored.cells)):
+        for index, stored_cell in enumerate(stored.cells, start=1):
+            cell = fresh.cells[index]
             if cell.cell_type != "code":
                 continue
             code += 1
@@ -86,6 +89,7 @@ def test_another_cpu_still_passes() -> None:
 def test_wrong_placement_is_caught() -> None:
     try:
         report = execute_and_compare(ROOT / "notebooks" / "01_set_complement.ipynb", prelude=WRONG_PLACEMENT, stop_early=True)
-    except CellExecutionError:
-        return  # a claim's assert failed inside the chapter: caught
+    except CellExecutionError as err:  # the chapter stopped on one of its own claims: caught
+        assert "AssertionError" in str(err), f"chapter 1 failed, but not on a claim:\n{err}"
+        return
     assert not report.ok, "chapter 1 with Post-Norm models reproduced the no-norm outputs"
