@@ -13,6 +13,7 @@ import copy
 import json
 import os
 import pathlib
+
 import nbformat
 import pytest
 from nbclient import NotebookClient
