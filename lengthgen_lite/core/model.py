@@ -42,7 +42,7 @@ import torch
 from torch import Tensor, nn
 from torch.nn import functional as F
 
-from .tasks import NO_TOKEN, RETRIEVAL_COLUMNS, RetrievalTask
+from .tasks import NO_TOKEN, RETRIEVAL_COLUMNS, RetrievalTask, check_int
 
 NormPlacement = Literal["none", "pre", "pre_final", "post", "attn_out"]
 NormKind = Literal["layernorm", "standardize"]
@@ -71,16 +71,16 @@ class ModelConfig:
 
     def __post_init__(self) -> None:
         for name in ("vocab_size", "n_layers", "d_model", "n_heads", "max_len"):
-            _check_int(name, getattr(self, name), minimum=1)
-        _check_int("d_mlp", self.d_mlp, minimum=0)
+            check_int(name, getattr(self, name), minimum=1)
+        check_int("d_mlp", self.d_mlp, minimum=0)
         if self.n_outputs is not None:
-            _check_int("n_outputs", self.n_outputs, minimum=1)
+            check_int("n_outputs", self.n_outputs, minimum=1)
         if self.d_head is None and self.d_model % self.n_heads:
             raise ValueError(
                 f"d_model={self.d_model} is not divisible by n_heads={self.n_heads}; set d_head explicitly"
             )
         if self.d_head is not None:
-            _check_int("d_head", self.d_head, minimum=1)
+            check_int("d_head", self.d_head, minimum=1)
         for name, literal in (("norm", NormPlacement), ("norm_kind", NormKind), ("positional", Positional), ("queries", Queries)):
             if getattr(self, name) not in get_args(literal):
                 raise ValueError(f"{name}={getattr(self, name)!r} is unknown; allowed: {get_args(literal)}")
@@ -95,11 +95,6 @@ class ModelConfig:
     @property
     def output_size(self) -> int:
         return self.n_outputs if self.n_outputs is not None else self.vocab_size
-
-
-def _check_int(name: str, value: object, minimum: int) -> None:
-    if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
-        raise ValueError(f"{name} must be an int >= {minimum}, got {value!r}")
 
 
 class HookPoint(nn.Module):
