@@ -31,9 +31,6 @@ export MKL_NUM_THREADS := 1
 
 .PHONY: book test unit nbval browser execute bench lab
 
-# Prints how long a stage took: $(call timed,name,command)
-timed = start=$$(date +%s); $(2); echo "stage $(1): $$(( $$(date +%s) - start )) s"
-
 book: $(VENDOR)/.copied
 	rm -rf _build/html
 	$(BIN)/jupyter-book build . --all -W -n --keep-going
@@ -41,16 +38,15 @@ book: $(VENDOR)/.copied
 
 # One pytest run over both cores: unit tests and every chapter re-executed and compared with its
 # stored outputs (tests/test_notebooks.py; tolerant of another CPU's rounding, see CONTRIBUTING.md).
+# Beside it, the book build and the browser test (tests/run_all.sh); each stage's time is printed.
 test: $(ENV) $(VENDOR)/.copied $(NODE) $(CHROMIUM)
-	@$(call timed,pytest (unit + notebooks),$(BIN)/pytest -n $(WORKERS) --dist worksteal tests)
-	@$(call timed,book,$(MAKE) --no-print-directory book)
-	@$(call timed,browser,node tests/browser/test_sliders.mjs _build/html $(MIN_SLIDERS))
+	@bash tests/run_all.sh $(BIN) $(WORKERS) $(MIN_SLIDERS)
 
 unit: $(ENV)
 	$(BIN)/pytest -n $(WORKERS) -m "not notebook" tests
 
 nbval: $(ENV)
-	$(BIN)/pytest -n $(WORKERS) --dist worksteal -m notebook tests
+	$(BIN)/pytest -n $(WORKERS) --dist loadgroup -m notebook tests
 
 browser: book $(NODE) $(CHROMIUM)
 	node tests/browser/test_sliders.mjs _build/html $(MIN_SLIDERS)

@@ -17,6 +17,7 @@ if (process.argv.length !== 4 || !Number.isInteger(Number(process.argv[3]))) {
 const [root, minimum] = [path.resolve(process.argv[2]), Number(process.argv[3])];
 const SHOTS = path.resolve(root, "..", "browser");
 const HARMLESS = "Identifier 'THEBE_JS_URL' has already been declared";
+const PAGES_AT_ONCE = 3;
 const TYPES = {
   ".html": "text/html", ".js": "text/javascript", ".css": "text/css", ".json": "application/json",
   ".svg": "image/svg+xml", ".png": "image/png", ".woff": "font/woff", ".woff2": "font/woff2",
@@ -84,8 +85,12 @@ async function dragEverySlider(page, name, figure) {
     await page.mouse.move(rail.x + rail.width - 2, grip.y + grip.height / 2, { steps: 12 });
     await page.mouse.up();
   }
-  await page.waitForTimeout(500);
-  const after = await figure.evaluate(snapshot);
+  // Plotly redraws asynchronously; wait until the figure changed (under load this takes longer).
+  let after = await figure.evaluate(snapshot);
+  for (let tries = 0; tries < 40 && (after.data === before.data || after.svg === before.svg); tries++) {
+    await page.waitForTimeout(250);
+    after = await figure.evaluate(snapshot);
+  }
   if (after.data === before.data) fail(name, "slider drag did not change the figure's data");
   if (after.svg === before.svg) fail(name, "slider drag did not change the drawn figure");
   await figure.screenshot({ path: path.join(SHOTS, `${name}.png`) });
@@ -94,7 +99,7 @@ async function dragEverySlider(page, name, figure) {
 let sliderCount = 0;
 let widgetCount = 0;
 let external = 0;
-for (const url of await htmlPages(root)) {
+async function checkPage(url) {
   const page = await context.newPage();
   page.on("pageerror", (error) => error.message.includes(HARMLESS) || fail(url, `script error: ${error.message}`));
   page.on("response", (r) => r.status() >= 400 && fail(url, `HTTP ${r.status()} for ${r.url()}`));
@@ -105,6 +110,10 @@ for (const url of await htmlPages(root)) {
     return route.abort();
   });
   await page.goto(`${origin}/${url}`, { waitUntil: "load" });
+  if (/<meta http-equiv="refresh"/i.test(await readFile(path.join(root, url), "utf8"))) {
+    await page.waitForURL((target) => target.href !== `${origin}/${url}`);  // a redirect: it must lead on
+    await page.waitForLoadState("load");
+  }
 
   const views = await page.locator('script[type="application/vnd.jupyter.widget-view+json"]').count();
   if (views > 0) {
@@ -129,6 +138,13 @@ for (const url of await htmlPages(root)) {
   widgetCount += views;
   await page.close();
 }
+
+// A few pages at a time: each mostly waits on loading and redrawing.
+const queue = await htmlPages(root);
+const worker = async () => {
+  while (queue.length) await checkPage(queue.shift());
+};
+await Promise.all(Array.from({ length: PAGES_AT_ONCE }, worker));
 await context.close();
 server.close();
 await rm(userDataDir, { recursive: true, force: true });
