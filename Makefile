@@ -51,9 +51,9 @@ nbval: $(ENV)
 browser: book $(NODE) $(CHROMIUM)
 	node tests/browser/test_sliders.mjs _build/html $(MIN_SLIDERS)
 
-# Re-executes notebooks in place, one per core, and prints each one's time.
+# Re-executes notebooks in place, one per core, costliest first, and prints each one's time.
 execute: $(ENV)
-	printf '%s\n' $(NB) | xargs -P $(WORKERS) -I{} bash -c 'start=$$(date +%s); \
+	$(PYTHON) tests/costliest_first.py $(NB) | xargs -P $(WORKERS) -I{} bash -c 'start=$$(date +%s); \
 	  $(BIN)/jupyter nbconvert --to notebook --execute --inplace --log-level=WARN \
 	    --ExecutePreprocessor.timeout=7200 --ExecutePreprocessor.record_timing=False {} \
 	  && echo "executed {} in $$(( $$(date +%s) - start )) s"'

@@ -12,7 +12,6 @@ its cost (about 30 s). Marked `notebook`: `make unit` leaves these out, `make nb
 from __future__ import annotations
 
 import copy
-import json
 import os
 import pathlib
 
@@ -21,21 +20,12 @@ import pytest
 from nbclient import NotebookClient
 from nbclient.exceptions import CellExecutionError
 
+from costliest_first import costliest_first
 from nbcompare import Report, compare_cell
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
-NOTEBOOKS = sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb")) + sorted((ROOT / "book").glob("*.ipynb"))
-
-
-def _longest_first(paths: list[pathlib.Path]) -> list[pathlib.Path]:
-    """The chapters in order of their last measured cost (`make bench`), so that two xdist workers
-    start the long ones first and finish together; unmeasured notebooks keep their place at the end."""
-    results = ROOT / "benchmarks" / "results" / "speed.json"
-    seconds = {row["chapter"]: row["wall_seconds"] for row in json.loads(results.read_text())["chapters"]} if results.exists() else {}
-    return sorted(paths, key=lambda p: -seconds.get(p.stem, 0.0))
-
-
-NOTEBOOKS = _longest_first(NOTEBOOKS)
+# Costliest first: with `--dist loadgroup` the two workers start the long chapters at once.
+NOTEBOOKS = costliest_first(sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb")) + sorted((ROOT / "book").glob("*.ipynb")))
 CELL_TIMEOUT = 1800  # seconds; a chapter executes in minutes
 
 # Caps MKL's matmul kernels at an older instruction set than any machine this book runs on uses by
