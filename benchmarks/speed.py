@@ -11,6 +11,9 @@
    all K seeds, and the ratio. Timed as the minimum CPU time of this thread over repeats.
 3. For the widest setting, the time the batched step spends inside matmuls (`batched_training.py`
    profiles every aten op): the loop's step over that is the most any batching could gain.
+4. The whole book cold as `make execute` runs it: every chapter through `jupyter nbconvert
+   --execute`, two at a time, costliest first (by step 1), into a scratch folder: the wall seconds
+   of each and of all. Each takes longer than alone, since the two share the machine.
 
 The results file is what the appendix's speed page (`book/speed.ipynb`) plots; re-execute that page
 after a new measurement (`make bench` does both). Timings depend on the machine and its load: the
@@ -24,7 +27,11 @@ import json
 import os
 import pathlib
 import platform
+import subprocess
+import sys
+import tempfile
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 import nbformat
 from nbclient import NotebookClient
@@ -84,6 +91,28 @@ def chapter_cost(path: pathlib.Path) -> dict[str, object]:
     }
 
 
+def two_at_a_time(paths: list[pathlib.Path], workers: int = 2) -> dict[str, object]:
+    """Execute every notebook as `make execute` does (``workers`` at a time, in the given order),
+    writing the executed copies to a scratch folder; wall seconds per notebook and in all."""
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+
+    def execute(path: pathlib.Path, out: str) -> dict[str, object]:
+        start = time.perf_counter()
+        subprocess.run(
+            [sys.executable, "-m", "jupyter", "nbconvert", "--to", "notebook", "--execute", "--output-dir", out, "--log-level=WARN",
+             "--ExecutePreprocessor.timeout=7200", str(path)],
+            check=True, env=env, cwd=path.parent,
+        )
+        return {"chapter": path.stem, "wall_seconds": round(time.perf_counter() - start, 1)}
+
+    with tempfile.TemporaryDirectory() as out:
+        start = time.perf_counter()
+        with ThreadPoolExecutor(max_workers=workers) as pool:  # threads only wait on the processes
+            rows = list(pool.map(lambda path: execute(path, out), paths))
+        total = time.perf_counter() - start
+    return {"workers": workers, "wall_seconds": round(total, 1), "chapters": rows}
+
+
 def batching(seed_counts: list[int], batches: list[int], steps: int, repeats: int) -> list[dict[str, object]]:
     """CPU ms per step of K seeds: a loop of single-seed trainings against one batched training."""
     seed_everything(0)
@@ -141,6 +170,11 @@ def main() -> None:
     chapters = [] if args.skip_chapters else [chapter_cost(path) for path in CHAPTERS]
     for row in chapters:
         print(f"{row['chapter']:<32} {row['wall_seconds']:>7} s wall {row['cpu_seconds']:>7} s CPU  {row['trainings']} trainings")
+    parallel = None
+    if chapters:
+        seconds = {row["chapter"]: row["wall_seconds"] for row in chapters}
+        parallel = two_at_a_time(sorted(CHAPTERS, key=lambda path: -seconds[path.stem]))
+        print(f"all chapters two at a time, costliest first: {parallel['wall_seconds']} s wall")
     rows = batching([4, 8, 16], [32, 128], args.steps, args.repeats)
     for row in rows:
         print(f"batch {row['batch']:>3}, K={row['seeds']:>2}: loop {row['loop_ms_per_step']} ms, batched {row['batched_ms_per_step']} ms, x{row['speedup']}")
@@ -151,6 +185,7 @@ def main() -> None:
         "machine": {"cpu": cpu_model(), "cores": os.cpu_count(), "torch_threads": 1,
                     "load_before": [round(x, 2) for x in load_before], "load_after": [round(x, 2) for x in os.getloadavg()]},
         "chapters": chapters,
+        "two_at_a_time": parallel,
         "batching": rows,
         "batching_steps": args.steps,
         "matmul_bound": bound,
