@@ -38,7 +38,7 @@ book: $(VENDOR)/.copied
 
 # One pytest run over both cores: unit tests and every chapter re-executed and compared with its
 # stored outputs (tests/test_notebooks.py; tolerant of another CPU's rounding, see CONTRIBUTING.md).
-# Beside it the book build, then the browser test (tests/run_all.sh); each stage's time is printed.
+# Beside it the book build and then the browser test (tests/run_all.sh); each stage's time is printed.
 test: $(ENV) $(VENDOR)/.copied $(NODE) $(CHROMIUM)
 	@bash tests/run_all.sh $(BIN) $(WORKERS) $(MIN_SLIDERS)
 

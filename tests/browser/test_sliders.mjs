@@ -2,8 +2,9 @@
 //   node tests/browser/test_sliders.mjs <built html dir> <minimum number of slider figures>
 // Serves the book on 127.0.0.1 and opens every page in Chromium. Fails if any page requests
 // another host or a missing local file, raises a script error (other than sphinx-thebe's known
-// harmless one), leaves a stored widget unrendered, or has a slider figure that does not change
-// when its slider is dragged; or if the book holds fewer slider figures than the minimum.
+// harmless one), leaves a stored widget unrendered, maps a widget module outside vendor/, or has a
+// slider figure that does not change when its slider is dragged; or if the book holds fewer slider
+// figures than the minimum.
 // Saves a screenshot of every slider figure, after the drag, to _build/browser/.
 import { mkdir, mkdtemp, readdir, readFile, rm } from "node:fs/promises";
 import http from "node:http";
@@ -98,10 +99,12 @@ async function dragEverySlider(page, name, figure) {
 let sliderCount = 0;
 let widgetCount = 0;
 let external = 0;
-// One page at a time, on an otherwise idle machine (make test runs this after pytest). With three
-// pages at once beside pytest, chapter 1's widget manager once fetched its icon fonts from the page's
-// folder instead of vendor/ (404): a loading race, not yet understood, that a reader's browser could
-// also meet. Left for a later issue; here the test keeps the conditions under which it never showed.
+// The widget manager's modules, each defined by name in embed-amd.js: each loads its icon fonts from
+// the folder require.js maps its name to, so every one must map into vendor/ (book/widgets-config.js).
+// Which module's fonts the browser asks for first is a race: an unmapped one 404s only sometimes.
+const MANAGER = path.join(root, "vendor", "html-manager", "embed-amd.js");
+const MODULES = [...(await readFile(MANAGER, "utf8")).matchAll(/define\("(@jupyter-widgets\/[^"]+)"/g)].map((m) => m[1]);
+if (MODULES.length === 0) failures.push(`${MANAGER}: no named widget modules found`);
 for (const url of await htmlPages(root)) {
   const page = await context.newPage();
   page.on("pageerror", (error) => error.message.includes(HARMLESS) || fail(url, `script error: ${error.message}`));
@@ -125,6 +128,15 @@ for (const url of await htmlPages(root)) {
     } catch {
       fail(url, `${views} stored widget views, not all rendered`);
     }
+  }
+  if (views > 0) {
+    const where = await page.evaluate(
+      (names) => names.map((name) => new URL(require.toUrl(name), location.href).pathname),
+      MODULES,
+    );
+    where.forEach((module, i) => {
+      if (!module.startsWith("/vendor/html-manager/")) fail(url, `${MODULES[i]} maps to ${module}: its icon fonts would load from there`);
+    });
   }
   const figures = page.locator("[data-lengthgen-slider]");
   const names = await figures.evaluateAll((nodes) => nodes.map((node) => node.dataset.lengthgenSlider));
