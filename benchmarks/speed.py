@@ -41,6 +41,7 @@ from lengthgen_lite import ModelConfig, SetComplement, TrainConfig, seed_everyth
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 CHAPTERS = sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
+ONE_THREAD = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}  # as `make execute` runs them
 
 # Run in the kernel before the notebook: wrap the one training loop wherever it is bound, and count.
 COUNT_TRAININGS = """\
@@ -70,7 +71,7 @@ def chapter_cost(path: pathlib.Path) -> dict[str, object]:
     # cell back at the index it is given, so a cell run under another's index would replace it.
     nb.cells = [nbformat.v4.new_code_cell(COUNT_TRAININGS), *nb.cells, nbformat.v4.new_code_cell(REPORT)]
     client = NotebookClient(nb, timeout=7200, kernel_name="python3", resources={"metadata": {"path": str(path.parent)}})
-    with client.setup_kernel(env={**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}):
+    with client.setup_kernel(env={**os.environ, **ONE_THREAD}):
         start = time.perf_counter()
         for index, cell in enumerate(nb.cells[:-1]):
             if cell.cell_type == "code":
@@ -94,14 +95,12 @@ def chapter_cost(path: pathlib.Path) -> dict[str, object]:
 def two_at_a_time(paths: list[pathlib.Path], workers: int = 2) -> dict[str, object]:
     """Execute every notebook as `make execute` does (``workers`` at a time, in the given order),
     writing the executed copies to a scratch folder; wall seconds per notebook and in all."""
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
-
     def execute(path: pathlib.Path, out: str) -> dict[str, object]:
         start = time.perf_counter()
         subprocess.run(
             [sys.executable, "-m", "jupyter", "nbconvert", "--to", "notebook", "--execute", "--output-dir", out, "--log-level=WARN",
              "--ExecutePreprocessor.timeout=7200", str(path)],
-            check=True, env=env, cwd=path.parent,
+            check=True, env={**os.environ, **ONE_THREAD}, cwd=path.parent,
         )
         return {"chapter": path.stem, "wall_seconds": round(time.perf_counter() - start, 1)}
 
