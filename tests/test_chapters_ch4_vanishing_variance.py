@@ -15,7 +15,6 @@ from lengthgen_lite.chapters.ch4_vanishing_variance import (
     shift_statistics,
     stack_field,
     standardize,
-    verdict,
 )
 from lengthgen_lite.core.model import RetrievalTransformer, retrieval_config
 from lengthgen_lite.core.seeding import make_generator, seed_everything
@@ -214,8 +213,3 @@ def test_argmax_near_misses_counts_runner_up_labels():
     assert abs(result.near_miss - result.chance) < 0.15  # an untrained model names runner-ups by chance
     with pytest.raises(ValueError, match="runners_up must be"):
         argmax_near_misses(model, ARGMAX, N=3, runners_up=3)
-
-
-def test_verdict_words():
-    assert verdict(True) == verdict(True, partly=True) == "reproduced"
-    assert verdict(False, partly=True) == "partly reproduced" and verdict(False) == "not reproduced"

@@ -345,12 +345,3 @@ def argmax_near_misses(
         near_miss=held[wrong].float().mean().item() if wrong.any() else float("nan"),
         chance=1 - (1 - 1 / task.n_classes) ** runners_up,
     )
-
-
-VERDICTS = ("reproduced", "partly reproduced", "not reproduced", "not testable here")
-
-
-def verdict(holds: bool, partly: bool = False) -> str:
-    """The scorecard's word for a claim, computed from the quantities a chapter asserts, so that
-    it cannot drift from the data: "reproduced" if ``holds``, else "partly reproduced" if ``partly``."""
-    return VERDICTS[0] if holds else VERDICTS[1] if partly else VERDICTS[2]

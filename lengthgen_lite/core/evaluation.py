@@ -165,3 +165,12 @@ def loglog_slope(x: Sequence[float], y: Sequence[float]) -> float:
     if (xs <= 0).any() or (ys <= 0).any() or not np.isfinite(ys).all():
         raise ValueError("x and y must be positive and finite for a log-log fit")
     return float(np.polyfit(np.log(xs), np.log(ys), 1)[0])
+
+
+VERDICTS = ("reproduced", "partly reproduced", "not reproduced", "not testable here")
+
+
+def verdict(holds: bool, partly: bool = False) -> str:
+    """The scorecard's word for a claim, computed from the quantities a chapter asserts, so that
+    it cannot drift from the data: "reproduced" if ``holds``, else "partly reproduced" if ``partly``."""
+    return VERDICTS[0] if holds else VERDICTS[1] if partly else VERDICTS[2]
