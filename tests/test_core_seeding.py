@@ -1,7 +1,8 @@
+import numpy as np
 import pytest
 import torch
 
-from lengthgen_lite.core.seeding import make_generator, seed_everything
+from lengthgen_lite.core.seeding import SEED_OFFSET_VARIABLE, make_generator, numpy_generator, seed_everything, seed_offset
 
 
 def test_seed_everything_repeats_and_pins_one_thread():
@@ -22,3 +23,25 @@ def test_generators_are_independent_streams():
 def test_bad_seed(bad):
     with pytest.raises(ValueError, match="seed"):
         seed_everything(bad)
+
+
+def test_the_offset_moves_every_seed(monkeypatch):
+    base = torch.rand(3, generator=make_generator(5))
+    base_numpy = numpy_generator(5).random(3)
+    monkeypatch.setenv(SEED_OFFSET_VARIABLE, "1000")
+    assert seed_offset() == 1000
+    assert torch.equal(torch.rand(3, generator=make_generator(5)), torch.rand(3, generator=make_generator(1005)))
+    assert not torch.equal(torch.rand(3, generator=make_generator(5)), base)
+    assert not np.array_equal(numpy_generator(5).random(3), base_numpy)
+    seed_everything(5)
+    moved = torch.rand(3)
+    monkeypatch.delenv(SEED_OFFSET_VARIABLE)
+    seed_everything(1005)
+    assert torch.equal(moved, torch.rand(3))
+
+
+@pytest.mark.parametrize("bad", ["-3", "x", "1.5"])
+def test_bad_offset(monkeypatch, bad):
+    monkeypatch.setenv(SEED_OFFSET_VARIABLE, bad)
+    with pytest.raises(ValueError, match=SEED_OFFSET_VARIABLE):
+        make_generator(0)

@@ -30,7 +30,7 @@ from torch import Tensor, nn
 
 from ..core.metrics import total_variation
 from ..core.model import NormPlacement
-from ..core.seeding import make_generator
+from ..core.seeding import make_generator, numpy_generator
 from ..core.tasks import Batch, Task, sample_next_tokens, sample_sequences, target_distribution
 from ..core.training import AveragerFactory, TargetKind, TrainResult, train, training_loss
 from .ch1_set_complement import baseline_setup
@@ -307,7 +307,7 @@ def sample_specs(n: int, seed: int, space: SearchSpace = SearchSpace()) -> list[
     """
     if not isinstance(n, int) or n < 1:
         raise ValueError(f"n must be a positive int, got {n!r}")
-    rng = np.random.default_rng(seed)
+    rng = numpy_generator(seed)
     norms = [space.norm[i % len(space.norm)] for i in range(n)]
     norms = [norms[i] for i in rng.permutation(n)]
     log_lr = rng.uniform(np.log10(space.lr[0]), np.log10(space.lr[1]), size=n)
@@ -390,7 +390,7 @@ def bootstrap_mean_difference(
     d = np.asarray(differences, dtype=float)
     if d.ndim != 1 or len(d) < 2:
         raise ValueError(f"differences must be a 1-D sequence of at least 2 values, got shape {d.shape}")
-    rng = np.random.default_rng(seed)
+    rng = numpy_generator(seed)
     means = d[rng.integers(0, len(d), size=(n_resamples, len(d)))].mean(axis=1)
     return float(d.mean()), float(np.quantile(means, 0.025)), float(np.quantile(means, 0.975))
 
