@@ -29,7 +29,7 @@ SUDO := $(if $(ROOT),,sudo)
 export OMP_NUM_THREADS := 1
 export MKL_NUM_THREADS := 1
 
-.PHONY: book test unit nbval browser execute bench lab
+.PHONY: book test unit nbval margins browser execute bench lab
 
 book: $(VENDOR)/.copied
 	rm -rf _build/html
@@ -45,8 +45,15 @@ test: $(ENV) $(VENDOR)/.copied $(NODE) $(CHROMIUM)
 unit: $(ENV)
 	$(BIN)/pytest -n $(WORKERS) -m "not notebook" tests
 
+# nbval: every notebook, one item per code cell, executed twice (stored outputs compared; new seeds,
+# LENGTHGEN_SEED_OFFSET, default 1000, with every claim asserted), then the margin report.
 nbval: $(ENV)
-	$(BIN)/pytest -n $(WORKERS) --dist loadgroup -m notebook tests
+	$(BIN)/pytest -n $(WORKERS) --dist loadgroup -m notebook
+	$(BIN)/python tests/margins_report.py _build/margins
+
+# The slack of every asserted claim in seed spreads, on stored and new seeds, from the last notebook run.
+margins: $(ENV)
+	$(BIN)/python tests/margins_report.py _build/margins
 
 browser: book $(NODE) $(CHROMIUM)
 	node tests/browser/test_sliders.mjs _build/html $(MIN_SLIDERS)

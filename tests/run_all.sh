@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # `make test`: every check, with each stage's time.
 #   tests/run_all.sh <venv bin dir> <pytest workers> <minimum slider figures>
-# One pytest run keeps both cores busy: the unit tests and every chapter re-executed and compared.
+# One pytest run keeps both cores busy: the unit tests, and every chapter executed as nbval items twice
+# (compared with its stored outputs; on new seeds with every claim asserted); then the margin report.
 # Beside it, the book is built and then checked in a browser (they were stages after pytest, 71 s;
 # the browser mostly waits on page loads and redraws, so beside pytest they add little). Their
 # output goes to _build/logs/ and is printed after pytest's, so the log reads in order.
@@ -33,9 +34,12 @@ elapsed() { echo $(( $(date +%s) - $1 )); }
 book_pid=$!
 
 t=$(date +%s)
-"$bin/pytest" -n "$workers" --dist loadgroup --durations=12 tests
+"$bin/pytest" -n "$workers" --dist loadgroup --durations=12
 pytest_status=$?
-echo "stage pytest (unit + notebooks): $(elapsed "$t") s"
+echo "stage pytest (unit + notebooks on stored and new seeds): $(elapsed "$t") s"
+echo "--- margins of the asserted claims (tests/margins_report.py)"
+"$bin/python" tests/margins_report.py _build/margins
+margins_status=$?
 
 wait "$book_pid"
 book_status=$?
@@ -47,7 +51,7 @@ if [ -s "$logs/browser.log" ]; then
 fi
 cat "$logs/stages.txt"
 echo "stage total: $(elapsed "$start") s"
-if [ $pytest_status -ne 0 ] || [ $book_status -ne 0 ]; then
-  echo "make test FAILED: pytest exit $pytest_status, book + browser exit $book_status"
+if [ $pytest_status -ne 0 ] || [ $margins_status -ne 0 ] || [ $book_status -ne 0 ]; then
+  echo "make test FAILED: pytest exit $pytest_status, margins exit $margins_status, book + browser exit $book_status"
   exit 1
 fi

@@ -12,9 +12,11 @@ import re
 
 import pytest
 
+from lengthgen_lite.core import evaluation
+
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 PAGE = (ROOT / "book" / "scorecard.md").read_text()
-VERDICTS = {"reproduced", "partly reproduced", "not reproduced", "not testable here"}
+VERDICTS = set(evaluation.VERDICTS)
 GLUE = re.compile(r"\{glue:text\}`/notebooks/([\w.]+\.ipynb)::([\w-]+):s`")
 REF = re.compile(r"\{ref\}`[^`<]*<([\w-]+)>`")
 
