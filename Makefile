@@ -48,7 +48,7 @@ unit: $(ENV)
 # nbval: every notebook, one item per code cell, executed twice (stored outputs compared; new seeds,
 # LENGTHGEN_SEED_OFFSET, default 1000, with every claim asserted), then the margin report.
 nbval: $(ENV)
-	$(BIN)/pytest -n $(WORKERS) --dist loadgroup -m notebook
+	$(BIN)/pytest -n $(WORKERS) --dist loadfile -m notebook
 	$(BIN)/python tests/margins_report.py _build/margins
 
 # The slack of every asserted claim in seed spreads, on stored and new seeds, from the last notebook run.

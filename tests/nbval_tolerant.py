@@ -19,9 +19,9 @@ in `_build/margins/<run>/<notebook>.jsonl`; `margins_report.py` tabulates them.
 After a cell raises, the rest of its run is skipped (its later cells would fail only for want of
 the variables it did not define); after a cell whose outputs differ, the run goes on. `--nb-prelude FILE` runs code in each kernel before the first
 cell: the regression test in `test_notebooks.py` uses it to build every model with the wrong norm
-placement. Each cell item carries the `notebook` marker and an `xdist_group` per run, so
-`pytest -n 2 --dist loadgroup` keeps a run on one worker (its kernel holds the state) and hands out
-whole runs, costliest first. nbval's own `--nbval` flag is not used: it would collect every
+placement. Each cell item carries the `notebook` marker. A run's cells must execute in order in one
+kernel, so the notebook tests run under `pytest -n 2 --dist loadfile`, which keeps every item of a
+file (both runs of a notebook) on one worker and hands out whole files, costliest first. nbval's own `--nbval` flag is not used: it would collect every
 notebook once more, with the exact comparison.
 """
 
@@ -148,9 +148,9 @@ class NotebookRun(IPyNbFile):
         if self.run.env == OLDER_CPU:
             yield self._marked(MovedNumbers.from_parent(self, name="older CPU moved a printed number"))
 
-    def _marked(self, item: pytest.Item) -> pytest.Item:
+    @staticmethod
+    def _marked(item: pytest.Item) -> pytest.Item:
         item.add_marker(pytest.mark.notebook)
-        item.add_marker(pytest.mark.xdist_group(f"{self.path.stem}-{self.run.name}"))
         return item
 
 
@@ -208,7 +208,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Notebook runs first, costliest notebook first (as last measured by `make bench`), its
     stored-outputs run before its new-seeds run; then other notebook tests; the unit tests last.
 
-    With `--dist loadgroup` each worker takes the next run as it frees up, so the long chapters
+    With `--dist loadfile` each worker takes the next file as it frees up, so the long chapters
     start at once and the many short unit tests fill the gaps at the end.
     """
     paths = sorted({item.path for item in items if isinstance(item.parent, NotebookRun)})
@@ -226,7 +226,7 @@ _run_seconds: dict[str, float] = defaultdict(float)
 
 
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
-    run, _, _ = report.nodeid.split("@")[0].rpartition("::")  # xdist's loadgroup appends "@<group>"
+    run, _, _ = report.nodeid.rpartition("::")
     if run.rpartition("::")[2] in RUN_NAMES:
         _run_seconds[run] += report.duration
 

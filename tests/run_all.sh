@@ -34,7 +34,7 @@ elapsed() { echo $(( $(date +%s) - $1 )); }
 book_pid=$!
 
 t=$(date +%s)
-"$bin/pytest" -n "$workers" --dist loadgroup --durations=12
+"$bin/pytest" -n "$workers" --dist loadfile --durations=12
 pytest_status=$?
 echo "stage pytest (unit + notebooks on stored and new seeds): $(elapsed "$t") s"
 echo "--- margins of the asserted claims (tests/margins_report.py)"

@@ -33,8 +33,16 @@ def test_a_single_value_needs_a_stated_spread():
     assert math.isinf(holds("k", "exact", [1.0, 1.0]).in_spreads)
 
 
+def test_over_configurations_the_spread_is_the_seed_spread_within_them():
+    margins = np.array([[1.0, 1.2], [3.0, 3.2]])  # two settings far apart, seeds close within each
+    margin = holds("k", "s", margins)
+    assert margin.slack == pytest.approx(1.0)
+    assert margin.spread == pytest.approx(np.sqrt(0.02))
+    assert margin.n == 4
+
+
 @pytest.mark.parametrize(("margins", "kwargs", "message"), [
-    ([], {}, "non-empty"), ([[1.0, 2.0]], {}, "1-D"), ([1.0, np.nan], {}, "finite"),
+    ([], {}, "non-empty"), ([[[1.0, 2.0]]], {}, "1-D or 2-D"), ([1.0, np.nan], {}, "finite"),
     ([1.0, 2.0], {"rule": "most"}, "rule='most' is unknown"), ([1.0, 2.0], {"spread": -1.0}, "non-negative"),
 ])
 def test_bad_input(margins, kwargs, message):

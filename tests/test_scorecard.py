@@ -1,7 +1,7 @@
 """The replication scorecard (book/scorecard.md) agrees with the chapters' stored outputs.
 
 Its verdicts and numbers are glued from the chapters, so they cannot be typed in by hand; this
-checks that every entry exists in its chapter, that verdicts use the four words, that every link
+checks that every entry exists in its chapter, that verdicts use the scorecard's words, that every link
 target exists, and that no chapter computes an entry the scorecard leaves out.
 """
 

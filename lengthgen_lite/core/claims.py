@@ -52,23 +52,37 @@ class Margin:
         return math.inf if self.slack > 0 else -math.inf
 
 
+def seed_spread(values: Sequence[float] | np.ndarray) -> float:
+    """The standard deviation over seeds (ddof=1). For [configurations, seeds], the pooled spread
+    within configurations: how far a value moves when only the seed changes, not the setting."""
+    array = np.asarray(values, dtype=float)
+    if array.ndim == 1:
+        array = array[None]
+    if array.ndim != 2 or array.shape[1] < 2:
+        raise ValueError(f"need at least 2 seeds per row ([seeds] or [configurations, seeds]), got shape {array.shape}")
+    return float(np.sqrt(array.var(axis=1, ddof=1).mean()))
+
+
 def holds(key: str, statement: str, margins: Sequence[float] | np.ndarray, *, rule: Rule = "every seed",
           spread: float | None = None) -> Margin:
     """Assert a claim whose per-seed ``margins`` are positive where it holds; record its margin.
 
+    ``margins`` is [seeds], or [configurations, seeds] for a claim over several settings.
     ``rule="every seed"``: every margin must be positive. ``rule="mean"``: their mean must be.
-    ``spread`` defaults to the margins' standard deviation over seeds (ddof=1); pass it for a claim
-    decided by one value with a known sampling error.
+    ``spread`` defaults to :func:`seed_spread` of the margins; pass it for a claim decided by one
+    value with a known sampling error, or by means over seeds (their spread over sqrt(K)).
     """
-    values = np.atleast_1d(np.asarray(margins, dtype=float))
+    values = np.asarray(margins, dtype=float)
+    if values.ndim == 0:
+        values = values[None]
     if rule not in RULES:
         raise ValueError(f"rule={rule!r} is unknown; allowed: {RULES}")
-    if values.ndim != 1 or values.size == 0 or not np.isfinite(values).all():
-        raise ValueError(f"margins must be a non-empty 1-D array of finite values, got {values!r}")
+    if values.ndim > 2 or values.size == 0 or not np.isfinite(values).all():
+        raise ValueError(f"margins must be a non-empty 1-D or 2-D array of finite values, got {values!r}")
     if spread is None:
-        if values.size < 2:
+        if values.shape[-1] < 2:
             raise ValueError("one margin has no seed spread: pass spread= (e.g. its sampling error)")
-        spread = float(values.std(ddof=1))
+        spread = seed_spread(values)
     if not spread >= 0:
         raise ValueError(f"spread must be non-negative, got {spread!r}")
     slack = float(values.min() if rule == "every seed" else values.mean())
