@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import pathlib
+import re
 import tomllib
 from collections import Counter
 from typing import Any
@@ -131,6 +132,37 @@ def add_static(app: Sphinx) -> None:
     """book/_static/lengthgen.css on every page (badges, the scorecard's width, the chapter line, print)."""
     app.config.html_static_path.append(str(STATIC))
     app.add_css_file("lengthgen.css")
+
+
+def html_handlers_for_singlehtml(app: Sphinx) -> None:
+    """Give the singlehtml builder (make pdf) every node handler registered for html.
+
+    Sphinx uses a builder's own handlers when an extension registered any (sphinx-exercise does for
+    singlehtml) and the format's (html) only otherwise, so sphinx-proof's html-only nodes would
+    have none in singlehtml and the build would fail.
+    """
+    if app.builder.name == "singlehtml":
+        handlers = app.registry.translation_handlers
+        handlers["singlehtml"] = {**handlers.get("html", {}), **handlers.get("singlehtml", {})}
+
+
+def single_page_at_root(app: Sphinx, exception: Exception | None) -> None:
+    """Make the singlehtml build (make pdf) one self-consistent page: ``index.html``.
+
+    Sphinx writes the root document at its own path (``book/intro.html``) but with every URL
+    relative to the output folder, so opened where it lies it finds no styles, scripts or images.
+    At the root, its links to itself become plain anchors.
+    """
+    if exception is not None or app.builder.name != "singlehtml":
+        return
+    out = pathlib.Path(app.outdir)
+    page = out / f"{app.config.root_doc}{app.builder.out_suffix}"
+    if page.parent != out:
+        self_link = re.compile(rf'href="{re.escape(page.relative_to(out).as_posix())}(?=[#"])')
+        (out / "index.html").write_text(self_link.sub('href="', page.read_text()).replace('href=""', 'href="#"'))
+        page.unlink()
+        if not any(page.parent.iterdir()):
+            page.parent.rmdir()
 
 
 def chapter_source(app: Sphinx, docname: str) -> str | None:
@@ -250,6 +282,8 @@ def setup(app: Sphinx) -> dict[str, Any]:
     app.add_config_value("lengthgen_speed_file", "benchmarks/results/speed.json", "env", types=[str])
     app.connect("config-inited", set_version)
     app.connect("builder-inited", add_static)
+    app.connect("builder-inited", html_handlers_for_singlehtml)
+    app.connect("build-finished", single_page_at_root, priority=900)  # after sphinx-external-toc's redirect
     app.connect("doctree-read", add_chapter_line)
     app.connect("html-page-context", add_lab_button, priority=502)  # after the theme makes the list
     app.add_role("verdict", verdict_role)
