@@ -90,8 +90,9 @@ def read_html_book(html: Path, pages: list[str]) -> HtmlBook:
             raise ValueError(f"{path} does not exist (run make book first)")
         page = _Page()
         page.feed(path.read_text())
-        if page.h1:
-            book.titles.append(normalise("".join(page.h1)))
+        if not page.h1:
+            raise ValueError(f"{path} has no <h1> title")
+        book.titles.append(normalise("".join(page.h1)))
         if page.summary:
             book.summary = normalise("".join(page.summary))
         book.images += page.images
