@@ -151,18 +151,18 @@ def matmul_bound(seeds: int, batch: int, loop_ms_per_step: float) -> dict[str, f
 
 
 def cpu_model() -> str | None:
-    """The CPU's model name (/proc/cpuinfo, else lscpu), or None: the book says it was not recorded."""
-    cpuinfo = pathlib.Path("/proc/cpuinfo")
-    lines = cpuinfo.read_text().splitlines() if cpuinfo.exists() else []
-    if not lines:
+    """The CPU's model name (/proc/cpuinfo, else lscpu), or None: the book then says it was not recorded."""
+    sources = [pathlib.Path("/proc/cpuinfo").read_text,
+               lambda: subprocess.run(["lscpu"], capture_output=True, text=True, check=True).stdout]
+    for read in sources:  # /proc/cpuinfo has no model name on some ARM kernels; lscpu then has one
         try:
-            lines = subprocess.run(["lscpu"], capture_output=True, text=True, check=True).stdout.splitlines()
+            text = read()
         except (OSError, subprocess.CalledProcessError):
-            return None
-    for line in lines:
-        key, _, value = line.partition(":")
-        if key.strip().lower() == "model name" and value.strip():
-            return value.strip()
+            continue
+        for line in text.splitlines():
+            key, _, value = line.partition(":")
+            if key.strip().lower() == "model name" and value.strip():
+                return value.strip()
     return None
 
 

@@ -56,8 +56,8 @@ def duration(seconds: float) -> str:
 def cost_sentence(speed: dict[str, Any] | None, chapter: str) -> str:
     """How long ``chapter`` (a notebook stem) took to execute in the last ``make bench``.
 
-    ``speed`` is ``speed.json`` (None if it does not exist). A missing CPU model is said to be
-    missing, never guessed: results files from before ``speed.py`` recorded it lack it.
+    ``speed`` is ``speed.json`` (None if it does not exist). A CPU model that is missing or
+    unknown (``speed.py`` records none when it cannot read one) is said to be missing, never guessed.
     """
     rows = {row["chapter"]: row for row in (speed or {}).get("chapters", [])}
     if chapter not in rows:
@@ -124,7 +124,7 @@ def set_version(app: Sphinx, config: Config) -> None:
     """The pyproject version as Sphinx's release and in the footer of every page."""
     version = project_version(pathlib.Path(app.srcdir))
     config.version = config.release = version
-    footer = f'<p class="lengthgen-version">lengthgen-lite version {version}</p>'
+    footer = config.html_theme_options.get("extra_footer", "") + f'<p class="lengthgen-version">lengthgen-lite version {version}</p>'
     config.html_theme_options = {**config.html_theme_options, "extra_footer": footer}
 
 
