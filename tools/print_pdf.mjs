@@ -4,7 +4,9 @@
 // Served on 127.0.0.1; any other host is aborted and fails the print, as does a script error, an
 // image or slider figure that did not render, or MathJax not finishing. A table of contents (the
 // book's pages, with links) is put under the book's title; slider figures print at their first step
-// with a caption (book/_static/lengthgen.css).
+// with a caption (book/_static/lengthgen.css). Stored widget views (the training progress bars) are
+// not rendered in the single page (myst-nb loads the widget manager only on pages of their own), so
+// they print as nothing, leaving no gap.
 import { mkdir } from "node:fs/promises";
 import path from "node:path";
 import { HARMLESS, launchChromium, onlyOrigin, serveDirectory } from "./browser.mjs";
