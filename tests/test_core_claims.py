@@ -16,7 +16,9 @@ def test_every_seed_uses_the_worst_seed_and_the_spread_over_seeds():
 
 
 def test_mean_rule_tolerates_one_losing_seed_but_not_a_losing_mean():
-    assert holds("k", "on average", [0.5, -0.1, 0.5], rule="mean").slack == pytest.approx(0.3)
+    margin = holds("k", "on average", [0.5, -0.1, 0.5], rule="mean")
+    assert margin.slack == pytest.approx(0.3)
+    assert margin.spread == pytest.approx(np.std([0.5, -0.1, 0.5], ddof=1) / np.sqrt(3))  # of the mean
     with pytest.raises(AssertionError, match="on average does not hold"):
         holds("k", "on average", [0.1, -0.5, 0.1], rule="mean")
 

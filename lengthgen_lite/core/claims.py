@@ -33,8 +33,9 @@ class Margin:
     """How far one asserted claim is from flipping.
 
     ``slack`` is the deciding value (the smallest per-seed margin for "every seed", the mean for
-    "mean"), ``spread`` the standard deviation of the per-seed margins over seeds (or a sampling
-    error the caller states), ``in_spreads`` their ratio: below 1, the claim sits on a knife edge.
+    "mean"), ``spread`` how far that value moves with the seeds (the per-seed standard deviation, or
+    the standard error of the mean, or a sampling error the caller states), ``in_spreads`` their
+    ratio: below 1, the claim sits on a knife edge.
     """
 
     key: str
@@ -68,9 +69,10 @@ def holds(key: str, statement: str, margins: Sequence[float] | np.ndarray, *, ru
     """Assert a claim whose per-seed ``margins`` are positive where it holds; record its margin.
 
     ``margins`` is [seeds], or [configurations, seeds] for a claim over several settings.
-    ``rule="every seed"``: every margin must be positive. ``rule="mean"``: their mean must be.
-    ``spread`` defaults to :func:`seed_spread` of the margins; pass it for a claim decided by one
-    value with a known sampling error, or by means over seeds (their spread over sqrt(K)).
+    ``rule="every seed"``: every margin must be positive; the spread is :func:`seed_spread`, how far
+    one seed's margin moves. ``rule="mean"``: their mean must be positive; the spread is that of the
+    mean, :func:`seed_spread` over the square root of the number of margins. ``spread`` overrides
+    it, for a claim decided by one value with a known sampling error.
     """
     values = np.asarray(margins, dtype=float)
     if values.ndim == 0:
@@ -82,7 +84,7 @@ def holds(key: str, statement: str, margins: Sequence[float] | np.ndarray, *, ru
     if spread is None:
         if values.shape[-1] < 2:
             raise ValueError("one margin has no seed spread: pass spread= (e.g. its sampling error)")
-        spread = seed_spread(values)
+        spread = seed_spread(values) / (np.sqrt(values.size) if rule == "mean" else 1.0)
     if not spread >= 0:
         raise ValueError(f"spread must be non-negative, got {spread!r}")
     slack = float(values.min() if rule == "every seed" else values.mean())
