@@ -291,7 +291,14 @@ def test_sample_next_tokens_is_torch_multinomial():
 def test_fast_forward_is_the_same_function(norm):
     model = Transformer(ModelConfig(vocab_size=8, d_model=16, n_heads=2, n_layers=2, d_mlp=8, norm=norm))
     tokens = TASK.sample_train_batch(16, 5, make_generator(0)).inputs
-    torch.testing.assert_close(model(tokens, fast=True), model(tokens), rtol=1e-5, atol=1e-6)
+    for tables, broadcast in ((True, False), (False, True), (True, True)):
+        torch.testing.assert_close(model(tokens, tables, broadcast), model(tokens), rtol=1e-5, atol=1e-6)
+
+
+def test_tables_need_a_model_without_positions():
+    model = Transformer(ModelConfig(vocab_size=8, d_model=16, positional="learned"))
+    with pytest.raises(ValueError, match="tables needs positional='none'"):
+        model(torch.zeros(2, 3, dtype=torch.long), tables=True)
 
 
 @pytest.mark.parametrize(

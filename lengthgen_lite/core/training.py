@@ -20,11 +20,12 @@ in Python and runs the step eagerly. The *fast* path (:func:`plan_path` says whi
   reference path makes, in the same order (a step's noise, then its target tokens), and the rest is
   one vectorised call per chunk (tasks that are a :class:`~lengthgen_lite.core.tasks.NoiseSampler`
   with one training size), so every seed sees the same data;
-- computes the first layer's Q/K/V from v-row token tables (``Transformer(token_tables=True)``:
+- computes the first layer's Q/K/V from v-row token tables (``Transformer.forward(tables=True)``:
   no positions, so a position's input depends on its token alone);
 - compiles the step (``torch.compile``, inductor) where it pays back: at least
   ``COMPILE_SEED_STEPS`` seed-steps (``benchmarks/speed.py --fast-path`` measures the break-even),
-  fixed shapes (one training size) and no dropout (compiled dropout draws other masks). Its cache
+  fixed shapes (one training size) and no dropout (compiled dropout draws other masks), with the
+  attention's tiny products as broadcast sums (``forward(broadcast=True)``) that it fuses. Its cache
   goes to ``_build/inductor`` (``TORCHINDUCTOR_CACHE_DIR``), so re-executions compile once.
 
 Both paths give the same losses up to float rounding (``tests/test_core_training.py``).
@@ -205,8 +206,8 @@ class PathPlan:
     """Which parts of the fast path a training uses; every part off is the reference path."""
 
     chunked_data: bool  # batches drawn CHUNK steps at a time (NoiseSampler, one training size)
-    fast_model: bool  # Transformer(fast=True): broadcast attention products, token tables
-    token_tables: bool  # ... and the first layer's Q/K/V from v-row tables (no positions)
+    fast_model: bool  # Transformer's fast forward (broadcast attention products when compiled)
+    token_tables: bool  # ... with the first layer's Q/K/V from v-row tables (no positions)
     compiled: bool  # the step compiled with torch.compile
 
     @property
@@ -262,7 +263,7 @@ def train(
     params, buffers = stack_module_state(models)  # name -> [K, *shape]
     template = copy.deepcopy(models[0])
     base = copy.deepcopy(models[0]).to("meta").train()
-    forward_kwargs = {"fast": True} if plan.fast_model else {}
+    forward_kwargs = {"tables": plan.token_tables, "broadcast": plan.compiled} if plan.fast_model else {}
 
     def loss_one(p: StackedParams, b: StackedParams, inputs: Tensor, targets: Tensor, mask: Tensor) -> Tensor:
         return training_loss(functional_call(base, (p, b), (inputs,), forward_kwargs), targets, mask)
