@@ -76,10 +76,11 @@ execute: $(ENV)
 	    --ExecutePreprocessor.timeout=7200 --ExecutePreprocessor.record_timing=False {} \
 	  && echo "executed {} in $$(( $$(date +%s) - start )) s"'
 
-# Measures what every chapter costs and what batching seeds buys (about ten minutes, one thread),
-# then re-executes the speed page that shows it.
+# Measures what every chapter costs, what batching seeds buys and what the training loop's fast path
+# buys (about twenty minutes, one thread), then re-executes the speed page that shows it.
+# `make bench BENCH_ARGS=--fast-path` measures only the fast path (about ten minutes).
 bench: $(ENV)
-	$(BIN)/python benchmarks/speed.py
+	$(BIN)/python benchmarks/speed.py $(BENCH_ARGS)
 	$(MAKE) --no-print-directory execute NB=book/speed.ipynb
 
 # On 127.0.0.1:$(LAB_PORT) only (no silent move to another port, where the book's links would miss it).

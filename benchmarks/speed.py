@@ -14,6 +14,10 @@
 4. The whole book cold as `make execute` runs it: every chapter through `jupyter nbconvert
    --execute`, two at a time, costliest first (by step 1), into a scratch folder: the wall seconds
    of each and of all. Each takes longer than alone, since the two share the machine.
+5. The training loop's reference path against its fast path (eager and compiled) on each chapter's
+   main training, with the compile cost and the arithmetic limit (`fast_path.py`). Only this
+   section, merged into the existing results file: `python benchmarks/speed.py --fast-path` (about
+   ten minutes).
 
 The results file is what the appendix's speed page (`book/speed.ipynb`) plots; re-execute that page
 after a new measurement (`make bench` does both). Timings depend on the machine and its load: the
@@ -36,6 +40,7 @@ import nbformat
 from nbclient import NotebookClient
 
 from batched_training import cpu_time, op_seconds_per_step
+from fast_path import fast_path
 from lengthgen_lite import ModelConfig, SetComplement, TrainConfig, seed_everything, train
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
@@ -150,6 +155,18 @@ def matmul_bound(seeds: int, batch: int, loop_ms_per_step: float) -> dict[str, f
             "batched_other_ops_ms_per_step": round(other_ms, 2), "speedup_bound": round(loop_ms_per_step / matmul_ms, 2)}
 
 
+def measure_fast_path(steps: int, repeats: int) -> dict[str, object]:
+    """Section 5, with the machine's load around it (compile times are wall seconds)."""
+    load_before = os.getloadavg()
+    rows = fast_path(steps, repeats)
+    for row in rows:
+        print(f"{row['chapter']:<15} reference {row['reference_ms']} fast {row['fast_ms']} compiled {row['compiled_ms']} ms "
+              f"per seed-step (x{row['fast_speedup']}, x{row['compiled_speedup']}); compile {row['compile_cold_s']} s cold, "
+              f"{row['compile_warm_s']} s warm; limit {row['limit_ms']} ms")
+    return {"steps": steps, "repeats": repeats, "load_before": [round(x, 2) for x in load_before],
+            "load_after": [round(x, 2) for x in os.getloadavg()], "rows": rows}
+
+
 def cpu_model() -> str | None:
     """The CPU's model name (/proc/cpuinfo, else lscpu), or None: the book then says it was not recorded."""
     sources = [pathlib.Path("/proc/cpuinfo").read_text,
@@ -172,7 +189,15 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=200, help="training steps per batching measurement")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--skip-chapters", action="store_true", help="measure only the batching (minutes)")
+    parser.add_argument("--fast-path", action="store_true", help="measure only section 5 and merge it into --out")
+    parser.add_argument("--fast-path-steps", type=int, default=300, help="training steps per fast-path measurement")
     args = parser.parse_args()
+    if args.fast_path:
+        result = json.loads(args.out.read_text())
+        result["fast_path"] = measure_fast_path(args.fast_path_steps, args.repeats)
+        args.out.write_text(json.dumps(result, indent=1) + "\n")
+        print(f"wrote {args.out}")
+        return
     load_before = os.getloadavg()
     chapters = [] if args.skip_chapters else [chapter_cost(path) for path in CHAPTERS]
     for row in chapters:
@@ -196,6 +221,7 @@ def main() -> None:
         "batching": rows,
         "batching_steps": args.steps,
         "matmul_bound": bound,
+        "fast_path": measure_fast_path(args.fast_path_steps, args.repeats),
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=1) + "\n")

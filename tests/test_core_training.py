@@ -201,3 +201,130 @@ def test_vectorised_sampler_rejects_bad_input(batch, size, generators, message):
     generators = [make_generator(0)] if generators is None else generators
     with pytest.raises(ValueError, match=message):
         TASK.sample_train_batches(batch, size, generators)
+
+
+# --- The fast path (chunked data, token tables, broadcast attention products, torch.compile) ------
+
+from dataclasses import replace  # noqa: E402
+
+from lengthgen_lite.core.evaluation import evaluate_set_complement  # noqa: E402
+from lengthgen_lite.core.games import TicTacToe  # noqa: E402
+from lengthgen_lite.core.languages import make_language  # noqa: E402
+from lengthgen_lite.core.model import RetrievalTransformer, Transformer, retrieval_config  # noqa: E402
+from lengthgen_lite.core.tasks import ArgmaxRetrieval, sample_next_tokens  # noqa: E402
+from lengthgen_lite.core.training import CHUNK, _chunked_batches, _reference_batches, plan_path  # noqa: E402
+from lengthgen_lite.core.averaging import make_ema  # noqa: E402
+
+
+def assert_same_training(a, b, v):
+    """Equal losses to 1e-5 relative, equal TV per length (core.evaluation) and equal EMA weights."""
+    np.testing.assert_allclose(a.loss, b.loss, rtol=1e-5, atol=0)
+    for ma, mb in zip(a.models, b.models):
+        np.testing.assert_allclose(evaluate_set_complement(ma, v).tv, evaluate_set_complement(mb, v).tv, rtol=1e-4, atol=1e-6)
+    for name in a.averaged:
+        for ma, mb in zip(a.averaged[name], b.averaged[name]):
+            for (key, p), q in zip(ma.state_dict().items(), mb.state_dict().values()):
+                torch.testing.assert_close(p, q, rtol=1e-4, atol=1e-5, msg=key)
+
+
+@pytest.mark.parametrize(
+    "model_kwargs, targets",
+    [
+        (dict(norm="none"), "soft"),
+        (dict(norm="pre"), "sampled"),
+        (dict(norm="pre_final", d_mlp=16, n_heads=2, n_layers=2), "soft"),
+        (dict(norm="post"), "sampled"),
+        (dict(norm="attn_out", norm_kind="standardize"), "sampled"),
+        (dict(norm="attn_out", attn_dropout=0.1, resid_dropout=0.1), "sampled"),  # same masks: same ops, same order
+        (dict(norm="none", positional="learned"), "soft"),  # no token tables, the rest applies
+    ],
+)
+def test_fast_path_trains_what_the_reference_path_trains(model_kwargs, targets):
+    model_cfg = ModelConfig(vocab_size=8, d_model=16, **model_kwargs)
+    cfg = TrainConfig(steps=CHUNK + 7, warmup=5, batch=32, lr=1e-2, targets=targets)  # a partial last chunk
+    runs = {
+        path: train(model_cfg, TASK, replace(cfg, path=path), seeds=SEEDS, averagers={"ema": make_ema(0.9)}, progress=False)
+        for path in ("reference", "fast")
+    }
+    assert_same_training(runs["reference"], runs["fast"], TASK.v)
+    again = train(model_cfg, TASK, replace(cfg, path="fast"), seeds=SEEDS, averagers={"ema": make_ema(0.9)}, progress=False)
+    np.testing.assert_array_equal(again.loss, runs["fast"].loss)  # bit-identical across repeats
+
+
+# torch's own warnings while compiling: inductor imports a TorchScript class, dynamo peeks at .grad
+@pytest.mark.filterwarnings("ignore:`torch.jit.script_method` is deprecated:DeprecationWarning")
+@pytest.mark.filterwarnings("ignore:The .grad attribute of a Tensor that is not a leaf Tensor:UserWarning")
+def test_compiled_path_trains_what_the_reference_path_trains():
+    model_cfg = ModelConfig(vocab_size=8, d_model=16, norm="post")
+    cfg = TrainConfig(steps=30, warmup=5, batch=32, lr=1e-2, targets="sampled", schedule="cosine")
+    runs = {path: train(model_cfg, TASK, replace(cfg, path=path), seeds=SEEDS, progress=False) for path in ("reference", "compiled")}
+    assert_same_training(runs["reference"], runs["compiled"], TASK.v)
+
+
+@pytest.mark.parametrize(
+    "task, targets",
+    [
+        (SetComplement(v=8, train_length=3), "soft"),
+        (SetComplement(v=8, train_length=3), "sampled"),
+        (TicTacToe(n=3, k=3, train_length=5), "sampled"),
+        (make_language("dyck1", train_length=6), "soft"),
+    ],
+)
+def test_chunked_batches_are_the_reference_batches(task, targets):
+    cfg = TrainConfig(steps=2 * CHUNK + 3, warmup=0, batch=8, targets=targets)
+    streams = lambda: [make_generator(s) for s in (3, 5)]  # noqa: E731
+    for step, (a, b) in enumerate(zip(_reference_batches(task, cfg, streams()), _chunked_batches(task, cfg, streams()), strict=True)):
+        for name in ("inputs", "targets", "loss_mask"):
+            assert torch.equal(getattr(a, name), getattr(b, name)), (step, name)
+
+
+def test_sample_next_tokens_is_torch_multinomial():
+    targets = TASK.sample_train_batch(64, 3, make_generator(0)).targets
+    for seed in range(5):
+        a, b = make_generator(seed), make_generator(seed)
+        expected = torch.multinomial(targets.reshape(-1, 8), 1, generator=a).reshape(targets.shape[:-1])
+        assert torch.equal(sample_next_tokens(targets, b), expected)
+        assert torch.equal(torch.rand(4, generator=a), torch.rand(4, generator=b))  # same draws consumed
+
+
+@pytest.mark.parametrize("norm", ["none", "pre", "pre_final", "post", "attn_out"])
+def test_fast_forward_is_the_same_function(norm):
+    model = Transformer(ModelConfig(vocab_size=8, d_model=16, n_heads=2, n_layers=2, d_mlp=8, norm=norm))
+    tokens = TASK.sample_train_batch(16, 5, make_generator(0)).inputs
+    for tables, broadcast in ((True, False), (False, True), (True, True)):
+        torch.testing.assert_close(model(tokens, tables, broadcast), model(tokens), rtol=1e-5, atol=1e-6)
+
+
+def test_tables_need_a_model_without_positions():
+    model = Transformer(ModelConfig(vocab_size=8, d_model=16, positional="learned"))
+    with pytest.raises(ValueError, match="tables needs positional='none'"):
+        model(torch.zeros(2, 3, dtype=torch.long), tables=True)
+
+
+@pytest.mark.parametrize(
+    "model_class, task, model_kwargs, path, expected",
+    [
+        (Transformer, TASK, {}, "auto", "chunked_data + fast_model + token_tables"),
+        (Transformer, TASK, {}, "compiled", "chunked_data + fast_model + token_tables + compiled"),
+        (Transformer, TASK, {"positional": "learned"}, "fast", "chunked_data + fast_model"),
+        (Transformer, TASK, {"resid_dropout": 0.1}, "auto", "chunked_data + fast_model + token_tables"),
+        (Transformer, PerSeedOnly(), {}, "fast", "fast_model + token_tables"),
+        (RetrievalTransformer, ArgmaxRetrieval(), None, "auto", "reference"),
+        (Transformer, TASK, {}, "reference", "reference"),
+    ],
+)
+def test_plan_path_falls_back_where_a_part_cannot_apply(model_class, task, model_kwargs, path, expected):
+    model_cfg = retrieval_config(task, "baseline") if model_kwargs is None else ModelConfig(vocab_size=8, d_model=16, **model_kwargs)
+    assert plan_path(model_cfg, task, TrainConfig(steps=10, warmup=0, path=path), 3, model_class).label == expected
+
+
+def test_auto_compiles_only_long_trainings():
+    long = TrainConfig(steps=10_000, warmup=0, path="auto")
+    assert plan_path(MODEL, TASK, long, 5).compiled and not plan_path(MODEL, TASK, replace(long, steps=100), 5).compiled
+
+
+def test_compiled_path_rejects_what_it_cannot_compile():
+    with pytest.raises(ValueError, match="path='compiled' needs one training size and no dropout"):
+        plan_path(replace(MODEL, attn_dropout=0.1), TASK, TrainConfig(steps=10, warmup=0, path="compiled"), 3)
+    with pytest.raises(ValueError, match="path='turbo' is unknown"):
+        TrainConfig(path="turbo")

@@ -6,7 +6,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 
-from lengthgen_lite.viz.speed import plot_batching, plot_chapter_costs  # noqa: E402
+from lengthgen_lite.viz.speed import plot_batching, plot_chapter_costs, plot_fast_path  # noqa: E402
 
 CHAPTERS = [
     {"chapter": "01_set_complement", "wall_seconds": 35.0, "cpu_seconds": 33.0},
@@ -49,3 +49,23 @@ def test_batching_plots_the_speedup_per_batch():
 def test_bad_rows_raise(call, message):
     with pytest.raises(ValueError, match=message):
         call()
+
+
+FAST_PATH = [
+    {"chapter": "ch1 baseline", "reference_ms": 2.5, "fast_ms": 1.2, "compiled_ms": 0.4, "limit_ms": 0.1},
+    {"chapter": "ch5 post-norm", "reference_ms": 2.7, "fast_ms": 1.3, "compiled_ms": 0.5, "limit_ms": 0.1},
+]
+
+
+def test_fast_path_draws_three_bars_per_chapter_and_the_limit():
+    fig = plot_fast_path(FAST_PATH, title="paths")
+    ax = fig.axes[0]
+    assert sorted(p.get_height() for p in ax.patches) == sorted(r[k] for r in FAST_PATH for k in ("reference_ms", "fast_ms", "compiled_ms"))
+    assert [t.get_text() for t in ax.get_xticklabels()] == ["ch1 baseline", "ch5 post-norm"]
+    np.testing.assert_allclose(ax.collections[0].get_offsets()[:, 1], [0.1, 0.1])
+    plt.close(fig)
+
+
+def test_fast_path_rows_need_every_column():
+    with pytest.raises(ValueError, match="fast-path rows lack \\['limit_ms'\\]"):
+        plot_fast_path([{k: v for k, v in FAST_PATH[0].items() if k != "limit_ms"}], title="paths")

@@ -23,7 +23,7 @@ from typing import Sequence
 import torch
 from torch import Tensor
 
-from .tasks import Batch, PerSeedSampler, check_int
+from .tasks import Batch, NoiseSampler, check_int
 
 EMPTY, FIRST, SECOND = -1, 0, 1  # board cell contents; FIRST and SECOND are the players
 
@@ -44,7 +44,7 @@ def winning_lines(n: int, k: int) -> Tensor:
 
 
 @dataclass(frozen=True)
-class TicTacToe(PerSeedSampler):
+class TicTacToe(NoiseSampler):
     """Tic-Tac-Toe on ``n x n`` won with ``k`` in a row; trained on games cut after ``train_length`` moves.
 
     The input size of a batch is the number of move slots; a game that ends earlier is padded.
@@ -89,11 +89,13 @@ class TicTacToe(PerSeedSampler):
     def _check_size(self, size: int) -> None:
         check_int("size", size, 1, self.cells)  # games cut after ``size`` moves; test sizes too
 
-    def _draw(self, batch: int, size: int, generators: Sequence[torch.Generator]) -> Batch:
+    def draw_noise(self, batch: int, size: int, generator: torch.Generator) -> Tensor:
+        return torch.rand(batch, size, self.cells, generator=generator)  # [batch, moves, n^2]
+
+    def from_noise(self, noise: Tensor, size: int) -> Batch:
         """Random games: the random draws per seed, the rules once for all seeds."""
-        noise = torch.stack([torch.rand(batch, size, self.cells, generator=g) for g in generators])
+        K, batch = noise.shape[:2]
         inputs, targets, mask = self.play(noise.reshape(-1, size, self.cells))
-        K = len(generators)
         return Batch(inputs.view(K, batch, size), targets.view(K, batch, size, -1), mask.view(K, batch, size))
 
     def play(self, noise: Tensor) -> tuple[Tensor, Tensor, Tensor]:

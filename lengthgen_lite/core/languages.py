@@ -32,11 +32,11 @@ from typing import ClassVar, Sequence
 import torch
 from torch import Tensor
 
-from .tasks import Batch, PerSeedSampler, check_int
+from .tasks import Batch, NoiseSampler, check_int
 
 
 @dataclass(frozen=True)
-class Language(PerSeedSampler):
+class Language(NoiseSampler):
     """Shared plumbing: the Task protocol, token/string conversion and legal sets from a recogniser.
 
     Subclasses define ``alphabet``, ``accepts``, ``is_prefix``, ``_walk`` (random words from
@@ -71,12 +71,14 @@ class Language(PerSeedSampler):
     def _check_size(self, size: int) -> None:
         check_int("size", size, self.min_size)  # words cut (or padded) to ``size`` symbols; test sizes too
 
-    def _draw(self, batch: int, size: int, generators: Sequence[torch.Generator]) -> Batch:
+    def draw_noise(self, batch: int, size: int, generator: torch.Generator) -> Tensor:
+        return torch.rand(batch, size, generator=generator)  # [batch, size]
+
+    def from_noise(self, noise: Tensor, size: int) -> Batch:
         """Random words: noise per seed, the rules once for all seeds."""
-        noise = torch.stack([torch.rand(batch, size, generator=g) for g in generators])  # [K, batch, size]
+        K, batch = noise.shape[:2]
         tokens, mask = self._walk(noise.reshape(-1, size))
         targets = self.targets(tokens, mask)
-        K = len(generators)
         return Batch(tokens.view(K, batch, size), targets.view(K, batch, size, -1), mask.view(K, batch, size))
 
     def targets(self, tokens: Tensor, mask: Tensor) -> Tensor:

@@ -116,6 +116,15 @@ class Norm(nn.Module):
         return self.hook_normalized(self.layer_norm(x))
 
 
+def _matmul(a: Tensor, b: Tensor, broadcast: bool) -> Tensor:
+    """``a @ b``; ``broadcast``: as a broadcast product summed over the shared axis. The attention's
+    products are one tiny matrix per (seed, sequence, head) at a handful of positions, which a
+    batched matmul runs at a few GFLOP/s; under torch.compile the broadcast form is one fused kernel.
+    Eagerly it materialises the product and is slower from ~16 positions, so only the compiled
+    training step uses it. Equal up to rounding."""
+    return (a.unsqueeze(-1) * b.unsqueeze(-3)).sum(-2) if broadcast else a @ b
+
+
 class Attention(nn.Module):
     def __init__(self, cfg: ModelConfig):
         super().__init__()
@@ -131,17 +140,22 @@ class Attention(nn.Module):
         self.hook_pattern = HookPoint()  # [batch, head, query_pos, key_pos]
         self.hook_z = HookPoint()  # [batch, pos, head, d_head]
 
-    def forward(self, x: Tensor) -> Tensor:
-        B, T, _ = x.shape
-        q, k, v = (W(x).view(B, T, self.n_heads, self.d_head).transpose(1, 2) for W in (self.W_Q, self.W_K, self.W_V))
+    def forward(self, x: Tensor, tokens: Tensor | None = None, broadcast: bool = False) -> Tensor:
+        """x [batch, pos, d_model]; or, with ``tokens`` [batch, pos], a [v, d_model] table of each
+        token's input (see :meth:`Transformer.forward`): then v rows are projected, not every position."""
+        B, T = x.shape[:2] if tokens is None else tokens.shape
+        q, k, v = (
+            (W(x) if tokens is None else F.embedding(tokens, W(x))).view(B, T, self.n_heads, self.d_head).transpose(1, 2)
+            for W in (self.W_Q, self.W_K, self.W_V)
+        )
         if self.last_query:  # one query row: O(T) rather than O(T^2), so N = 1024 stays cheap (ch. 4)
             q = q[:, :, -1:]
-        scores = q @ k.transpose(-1, -2) / math.sqrt(self.d_head)  # [batch, head, T or 1, T]
+        scores = _matmul(q, k.transpose(-1, -2), broadcast) / math.sqrt(self.d_head)  # [batch, head, T or 1, T]
         if self.causal:
-            future = torch.ones(T, T, dtype=torch.bool, device=x.device).triu(1)[-q.shape[2] :]
+            future = torch.ones(T, T, dtype=torch.bool, device=q.device).triu(1)[-q.shape[2] :]
             scores = scores.masked_fill(future, float("-inf"))
         pattern = self.hook_pattern(self.hook_attn_scores(scores).softmax(dim=-1))
-        z = self.hook_z((self.dropout(pattern) @ v).transpose(1, 2))  # [batch, T or 1, head, d_head]
+        z = self.hook_z(_matmul(self.dropout(pattern), v, broadcast).transpose(1, 2))  # [batch, T or 1, head, d_head]
         return self.W_O(z.reshape(B, z.shape[1], self.n_heads * self.d_head))  # [batch, T or 1, d_model]
 
 
@@ -181,10 +195,13 @@ class Block(nn.Module):
         self.dropout = nn.Dropout(cfg.resid_dropout)
         self.hook_resid_post = HookPoint()
 
-    def forward(self, x: Tensor) -> Tensor:
+    def forward(self, x: Tensor, tokens: Tensor | None = None, broadcast: bool = False) -> Tensor:
+        """x [batch, pos, d_model]; or a [v, d_model] token table with ``tokens`` (first layer only)."""
         pre, post = self.norm in ("pre", "pre_final"), self.norm == "post"
         x = self.hook_resid_pre(x)
-        h = self.hook_attn_out(self.attn(self.ln1(x) if pre else x))
+        h = self.hook_attn_out(self.attn(self.ln1(x) if pre else x, tokens, broadcast))  # LN of a table row: per token too
+        if tokens is not None:
+            x = F.embedding(tokens, x)  # the residual stream at every position
         if self.norm == "attn_out":
             h = self.ln_attn_out(h)
         x = x[:, -h.shape[1] :] + self.dropout(h)  # queries="last": only the last position goes on
@@ -223,12 +240,22 @@ class Transformer(nn.Module):
             if module.bias is not None:
                 nn.init.zeros_(module.bias)
 
-    def forward(self, tokens: Tensor) -> Tensor:
+    def forward(self, tokens: Tensor, tables: bool = False, broadcast: bool = False) -> Tensor:
+        """The two flags are training's fast path: the same function, equal up to float rounding.
+        ``tables`` (needs ``positional="none"``): a position's input to the first layer depends on its
+        token alone, so its Q/K/V (and pre-norm LN) are computed once per vocabulary row and gathered,
+        instead of once per position. The first block's hooks then see [v, d_model] tables, so
+        :func:`run_with_cache` always runs the plain path. ``broadcast``: see :func:`_matmul`.
+        """
         if tokens.dim() != 2 or tokens.dtype != torch.long:
             raise ValueError(f"tokens must be [batch, pos] long, got shape {tuple(tokens.shape)} {tokens.dtype}")
-        return self.forward_embeddings(self.hook_embed(self.embed(tokens)))
+        if not tables:
+            return self.forward_embeddings(self.hook_embed(self.embed(tokens)), broadcast)
+        if self.cfg.positional != "none":
+            raise ValueError(f"tables needs positional='none' (a position's input must depend on its token alone), got {self.cfg.positional!r}")
+        return self._body(self.hook_embed(self.embed.weight), tokens, broadcast)
 
-    def forward_embeddings(self, x: Tensor) -> Tensor:
+    def forward_embeddings(self, x: Tensor, broadcast: bool = False) -> Tensor:
         """Run the body on input vectors [batch, pos, d_model] (for tasks whose items are not tokens)."""
         if x.dim() != 3 or x.shape[-1] != self.cfg.d_model:
             raise ValueError(f"embeddings must be [batch, pos, d_model={self.cfg.d_model}], got {tuple(x.shape)}")
@@ -236,8 +263,12 @@ class Transformer(nn.Module):
             if x.shape[1] > self.cfg.max_len:
                 raise ValueError(f"input length {x.shape[1]} exceeds max_len={self.cfg.max_len}")
             x = x + self.hook_pos_embed(self.pos_embed(torch.arange(x.shape[1], device=x.device)))
-        for block in self.blocks:
-            x = block(x)
+        return self._body(x, None, broadcast)
+
+    def _body(self, x: Tensor, tokens: Tensor | None, broadcast: bool) -> Tensor:
+        """The blocks and the read-out; with ``tokens``, ``x`` is the first block's [v, d_model] token table."""
+        for i, block in enumerate(self.blocks):
+            x = block(x, tokens if i == 0 else None, broadcast)
         if self.cfg.norm == "pre_final":
             x = self.ln_final(x)
         return self.unembed(x)  # [batch, pos, n_outputs]

@@ -102,10 +102,23 @@ def target_distribution(tokens: Tensor, v: int) -> Tensor:
 def sample_next_tokens(targets: Tensor, generator: torch.Generator) -> Tensor:
     """One legal next token per position, drawn from ``targets`` [..., n_outputs]: [...] long.
 
-    This is the noisy training signal: one of the many legal continuations.
+    This is the noisy training signal: one of the many legal continuations. The same draw as
+    ``torch.multinomial(targets, 1)`` (its CPU kernel's exponential trick, checked by the tests),
+    split in two so that a training loop can draw the noise of many steps before their targets exist.
     """
-    flat = targets.reshape(-1, targets.shape[-1])
-    return torch.multinomial(flat, 1, generator=generator).reshape(targets.shape[:-1])
+    return pick_next_tokens(targets, token_noise(targets.shape, generator))
+
+
+def token_noise(shape: Sequence[int], generator: torch.Generator) -> Tensor:
+    """The random draw behind :func:`sample_next_tokens` for targets of ``shape``: Exp(1) noise."""
+    return torch.empty(tuple(shape)).exponential_(generator=generator)
+
+
+def pick_next_tokens(targets: Tensor, noise: Tensor) -> Tensor:
+    """argmax of ``targets / noise`` over the outputs: a draw from ``targets`` given Exp(1) ``noise``."""
+    if noise.shape != targets.shape:
+        raise ValueError(f"noise {tuple(noise.shape)} must have the shape of targets {tuple(targets.shape)}")
+    return (targets / noise).argmax(dim=-1)
 
 
 class PerSeedSampler:
@@ -141,8 +154,29 @@ class PerSeedSampler:
         return self._draw(batch, size, generators)
 
 
+class NoiseSampler(PerSeedSampler):
+    """A sampler whose one random draw per seed is a noise tensor with the batch as its leading axis
+    (``draw_noise``); everything else is a function of that noise (``from_noise``).
+
+    So a training loop can draw many steps' noise first, from each seed's generator in the order
+    the steps would, and turn it all into batches in one vectorised call (the fast path of
+    :func:`lengthgen_lite.core.training.train`): the same data, without per-step Python work.
+    """
+
+    def draw_noise(self, batch: int, size: int, generator: torch.Generator) -> Tensor:
+        """One seed's random draw for a batch: [batch, ...]."""
+        raise NotImplementedError
+
+    def from_noise(self, noise: Tensor, size: int) -> Batch:
+        """Batches from stacked noise [K, batch, ...]: inputs, targets and mask on the same [K, batch] axes."""
+        raise NotImplementedError
+
+    def _draw(self, batch: int, size: int, generators: Sequence[torch.Generator]) -> Batch:
+        return self.from_noise(torch.stack([self.draw_noise(batch, size, g) for g in generators]), size)
+
+
 @dataclass(frozen=True)
-class SetComplement(PerSeedSampler):
+class SetComplement(NoiseSampler):
     """Set complement over ``v`` tokens, trained on every prefix length ``1..train_length``.
 
     Only the random draws are made per seed; the sorting and the targets run once for all ``K``
@@ -162,11 +196,18 @@ class SetComplement(PerSeedSampler):
     def _check_size(self, size: int) -> None:
         _check_vocab_and_length(self.v, size)
 
-    def _draw(self, batch: int, size: int, generators: Sequence[torch.Generator]) -> Batch:
-        noise = torch.stack([torch.rand(batch, self.v, generator=g) for g in generators])  # [K, batch, v]
-        tokens = noise.argsort(dim=-1)[..., :size]  # [K, batch, pos], as in sample_sequences
-        targets = target_distribution(tokens.reshape(-1, size), self.v)  # [K * batch, pos, v]
-        return Batch(tokens, targets.view(*tokens.shape, self.v), torch.ones(tokens.shape, dtype=torch.bool))
+    def draw_noise(self, batch: int, size: int, generator: torch.Generator) -> Tensor:
+        return torch.rand(batch, self.v, generator=generator)  # [batch, v]
+
+    def from_noise(self, noise: Tensor, size: int) -> Batch:
+        order = noise.argsort(dim=-1)  # [K, batch, v]: a random permutation per row, as in sample_sequences
+        tokens = order[..., :size]  # [K, batch, pos]
+        # target_distribution without its one-hot cumsum (a third of a fast training step): token i
+        # is unseen after position t iff its place in the permutation is beyond t. Equal bit for bit.
+        place = torch.empty_like(order).scatter_(-1, order, torch.arange(self.v).expand_as(order))
+        unseen = (place.unsqueeze(-2) > torch.arange(size).unsqueeze(-1)).float()  # [K, batch, pos, v]
+        targets = unseen / (self.v - 1 - torch.arange(size)).float().unsqueeze(-1)
+        return Batch(tokens, targets, torch.ones(tokens.shape, dtype=torch.bool))
 
 
 # --- Chapter 4: set retrieval (argmax retrieval, dictionary lookup) --------------------------------

@@ -12,27 +12,50 @@ processed for all seeds at once (``Task.sample_train_batches`` when the task has
 
 Weight averagers (EMA, BEMA; chapter 6) watch the stacked parameters after every step and never
 change the trajectory.
+
+Two paths run the same loop (``TrainConfig.path``). The *reference* path draws each step's batch
+in Python and runs the step eagerly. The *fast* path (:func:`plan_path` says which parts apply):
+
+- draws the batches ``CHUNK`` steps at a time: each seed's generator makes exactly the draws the
+  reference path makes, in the same order (a step's noise, then its target tokens), and the rest is
+  one vectorised call per chunk (tasks that are a :class:`~lengthgen_lite.core.tasks.NoiseSampler`
+  with one training size), so every seed sees the same data;
+- computes the first layer's Q/K/V from v-row token tables (``Transformer.forward(tables=True)``:
+  no positions, so a position's input depends on its token alone);
+- compiles the step (``torch.compile``, inductor) where it pays back: at least
+  ``COMPILE_SEED_STEPS`` seed-steps (``benchmarks/speed.py --fast-path`` measures the break-even),
+  fixed shapes (one training size) and no dropout (compiled dropout draws other masks), with the
+  attention's tiny products as broadcast sums (``forward(broadcast=True)``) that it fuses. Its cache
+  goes to ``_build/inductor`` (``TORCHINDUCTOR_CACHE_DIR``), so re-executions compile once.
+
+Both paths give the same losses up to float rounding (``tests/test_core_training.py``).
 """
 
 from __future__ import annotations
 
 import copy
+import os
+import pathlib
 from dataclasses import dataclass, field
-from typing import Callable, Literal, Mapping, Protocol, Sequence, get_args
+from typing import Callable, Iterator, Literal, Mapping, Protocol, Sequence, get_args
 
 import numpy as np
 import torch
 from torch import Tensor, nn
-from torch.func import functional_call, stack_module_state, vmap
+from torch.func import functional_call, grad_and_value, stack_module_state, vmap
 from tqdm.auto import tqdm
 
 from .model import ModelConfig, Transformer
 from .seeding import make_generator, seed_everything
-from .tasks import Batch, Task, sample_next_tokens
+from .tasks import Batch, NoiseSampler, Task, pick_next_tokens, sample_next_tokens, token_noise
 
 TargetKind = Literal["soft", "sampled"]
 Schedule = Literal["constant", "cosine"]
+TrainPath = Literal["auto", "fast", "compiled", "reference"]
 BAR_FORMAT = "{l_bar}{bar}| {n_fmt}/{total_fmt}"
+CHUNK = 50  # steps whose batches the fast path draws at once
+COMPILE_SEED_STEPS = 20_000  # auto compiles from this many seed-steps (steps x K); see the module docstring
+INDUCTOR_CACHE = pathlib.Path(__file__).resolve().parents[2] / "_build" / "inductor"
 
 
 @dataclass(frozen=True)
@@ -45,6 +68,11 @@ class TrainConfig:
     weight_decay: float = 0.0  # AdamW, on matrices only (see _param_groups)
     targets: TargetKind = "soft"  # "soft": the full p*; "sampled": one legal token drawn from p*
     size_seed: int = 0  # draws each step's input size, shared by all seeds
+    # "reference": the plain eager loop; "fast": chunked data and token tables where they apply;
+    # "compiled": fast plus torch.compile; "auto": fast, compiled above COMPILE_SEED_STEPS seed-steps.
+    # The default stays "reference" until the chapters are re-executed on "auto" (their stored outputs
+    # come from the reference path; the fast path moves low bits, see the speed page).
+    path: TrainPath = "reference"
 
     def __post_init__(self) -> None:
         for name in ("steps", "batch"):
@@ -57,7 +85,7 @@ class TrainConfig:
             raise ValueError(f"lr must be positive, got {self.lr!r}")
         if self.weight_decay < 0:
             raise ValueError(f"weight_decay must be >= 0, got {self.weight_decay!r}")
-        for name, literal in (("targets", TargetKind), ("schedule", Schedule)):
+        for name, literal in (("targets", TargetKind), ("schedule", Schedule), ("path", TrainPath)):
             if getattr(self, name) not in get_args(literal):
                 raise ValueError(f"{name}={getattr(self, name)!r} is unknown; allowed: {get_args(literal)}")
 
@@ -131,6 +159,84 @@ def _sample_batches(task: Task, batch: int, size: int, generators: Sequence[torc
     return Batch(*(torch.stack([getattr(b, name) for b in batches]) for name in ("inputs", "targets", "loss_mask")))
 
 
+def _one_hot_targets(tokens: Tensor, n_outputs: int) -> Tensor:
+    return nn.functional.one_hot(tokens, n_outputs).float()
+
+
+def _reference_batches(task: Task, cfg: TrainConfig, streams: Sequence[torch.Generator]) -> Iterator[Batch]:
+    """Each step's batch drawn when the step comes: [K, batch, ...]."""
+    size_stream = make_generator(cfg.size_seed)
+    sizes = list(task.train_sizes())
+    for _ in range(cfg.steps):
+        size = sizes[int(torch.randint(len(sizes), (1,), generator=size_stream))]
+        data = _sample_batches(task, cfg.batch, size, streams)
+        if cfg.targets == "sampled":  # each seed draws from its own stream, then one one-hot for all
+            tokens = torch.stack([sample_next_tokens(t, g) for t, g in zip(data.targets, streams)])
+            data = Batch(data.inputs, _one_hot_targets(tokens, data.targets.shape[-1]), data.loss_mask)
+        yield data
+
+
+def _chunked_batches(task: NoiseSampler, cfg: TrainConfig, streams: Sequence[torch.Generator]) -> Iterator[Batch]:
+    """The same batches as :func:`_reference_batches`, ``CHUNK`` steps at a time.
+
+    Only the random draws run per seed and step, in the reference order (noise, then the target
+    tokens' noise); sorting, rules, targets and token picks run once per chunk for all seeds.
+    """
+    (size,) = task.train_sizes()
+    K = len(streams)
+    for start in range(0, cfg.steps, CHUNK):
+        n = min(CHUNK, cfg.steps - start)
+        noise, picks = [], []
+        for g in streams:
+            for _ in range(n):
+                noise.append(task.draw_noise(cfg.batch, size, g))
+                if cfg.targets == "sampled":
+                    picks.append(token_noise((cfg.batch, size, task.n_outputs), g))
+        data = task.from_noise(torch.stack(noise).view(K, n * cfg.batch, *noise[0].shape[1:]), size)
+        targets = data.targets  # [K, n * batch, pos, n_outputs]
+        if cfg.targets == "sampled":
+            targets = _one_hot_targets(pick_next_tokens(targets, torch.stack(picks).view(targets.shape)), task.n_outputs)
+
+        def steps_first(t: Tensor) -> Tensor:  # [K, n * batch, ...] -> [n, K, batch, ...]
+            return t.view(K, n, cfg.batch, *t.shape[2:]).transpose(0, 1).contiguous()
+
+        yield from (Batch(*step) for step in zip(*map(steps_first, (data.inputs, targets, data.loss_mask))))
+
+
+@dataclass(frozen=True)
+class PathPlan:
+    """Which parts of the fast path a training uses; every part off is the reference path."""
+
+    chunked_data: bool  # batches drawn CHUNK steps at a time (NoiseSampler, one training size)
+    fast_model: bool  # Transformer's fast forward (broadcast attention products when compiled)
+    token_tables: bool  # ... with the first layer's Q/K/V from v-row tables (no positions)
+    compiled: bool  # the step compiled with torch.compile
+
+    @property
+    def label(self) -> str:
+        parts = [name for name in ("chunked_data", "fast_model", "token_tables", "compiled") if getattr(self, name)]
+        return " + ".join(parts) if parts else "reference"
+
+
+def plan_path(model_cfg: ModelConfig, task: Task, cfg: TrainConfig, n_seeds: int,
+              model_class: Callable[[ModelConfig], nn.Module] = Transformer) -> PathPlan:
+    """The parts of the fast path that apply to this training (see the module docstring)."""
+    if cfg.path == "reference":
+        return PathPlan(False, False, False, False)
+    chunked = isinstance(task, NoiseSampler) and len(task.train_sizes()) == 1
+    fast_model = model_class is Transformer  # a subclass may have its own forward (ch. 4's retrieval model)
+    tables = fast_model and model_cfg.positional == "none"
+    fixed_shapes, dropout = len(task.train_sizes()) == 1, model_cfg.attn_dropout > 0 or model_cfg.resid_dropout > 0
+    if cfg.path == "compiled" and (dropout or not fixed_shapes):
+        raise ValueError(
+            f"path='compiled' needs one training size and no dropout (compiled dropout draws other masks), "
+            f"got sizes {tuple(task.train_sizes())}, attn_dropout={model_cfg.attn_dropout}, "
+            f"resid_dropout={model_cfg.resid_dropout}; use path='fast' or 'auto'"
+        )
+    pays = cfg.path == "compiled" or (cfg.path == "auto" and cfg.steps * n_seeds >= COMPILE_SEED_STEPS)
+    return PathPlan(chunked, fast_model, tables, pays and fixed_shapes and not dropout)
+
+
 def train(
     model_cfg: ModelConfig,
     task: Task,
@@ -154,37 +260,50 @@ def train(
         seed_everything(2 * seed)  # init stream; data uses 2 * seed + 1, so the two never coincide
         models.append(model_class(model_cfg))
     data_streams = [make_generator(2 * seed + 1) for seed in seeds]
-    size_stream = make_generator(cfg.size_seed)
-    sizes = list(task.train_sizes())
+    plan = plan_path(model_cfg, task, cfg, len(seeds), model_class)
 
     params, buffers = stack_module_state(models)  # name -> [K, *shape]
     template = copy.deepcopy(models[0])
     base = copy.deepcopy(models[0]).to("meta").train()
+    forward_kwargs = {"tables": plan.token_tables, "broadcast": plan.compiled} if plan.fast_model else {}
 
     def loss_one(p: StackedParams, b: StackedParams, inputs: Tensor, targets: Tensor, mask: Tensor) -> Tensor:
-        return training_loss(functional_call(base, (p, b), (inputs,)), targets, mask)
+        return training_loss(functional_call(base, (p, b), (inputs,), forward_kwargs), targets, mask)
 
     batched_loss = vmap(loss_one, randomness="different")
-    optimizer = torch.optim.AdamW(_param_groups(template, params, cfg.weight_decay), lr=cfg.lr)
+    # A tensor lr: the compiled step reads it, so the schedule changes it without a recompile.
+    lr = torch.tensor(cfg.lr) if plan.compiled else cfg.lr
+    optimizer = torch.optim.AdamW(_param_groups(template, params, cfg.weight_decay), lr=lr)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, cfg.lr_factor)
     watchers = {name: make(params) for name, make in (averagers or {}).items()}
     losses = np.zeros((cfg.steps, len(seeds)), dtype=np.float32)
 
+    def summed_loss(p: StackedParams, data: Batch) -> tuple[Tensor, Tensor]:
+        loss = batched_loss(p, buffers, data.inputs, data.targets, data.loss_mask.float())  # [K]
+        return loss.sum(), loss.detach()
+
+    def step_fn(data: Batch) -> Tensor:
+        # Gradients by torch.func rather than .backward(): the same numbers eagerly (bit for bit), and
+        # torch.compile traces forward and backward as one graph (it stops at a .backward() call).
+        grads, (_, loss) = grad_and_value(summed_loss, has_aux=True)(params, data)
+        for name, p in params.items():
+            p.grad = grads[name]
+        optimizer.step()
+        return loss
+
+    if plan.compiled:
+        os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(INDUCTOR_CACHE))
+        # Every training compiles its own step (its own parameters); without a reset, dynamo's limit
+        # of 8 compilations per function would silently run the ninth training eagerly.
+        torch._dynamo.reset()
+        step_fn = torch.compile(step_fn, dynamic=False)
+    batches = _chunked_batches(task, cfg, data_streams) if plan.chunked_data else _reference_batches(task, cfg, data_streams)
+
     # No elapsed time or rate in the bar: stored notebook outputs must not change between runs.
     bar = tqdm(range(cfg.steps), desc=desc, disable=not progress, mininterval=1.0, bar_format=BAR_FORMAT)
-    for step in bar:
-        size = sizes[int(torch.randint(len(sizes), (1,), generator=size_stream))]
-        data = _sample_batches(task, cfg.batch, size, data_streams)  # [K, batch, ...]
-        targets = data.targets
-        if cfg.targets == "sampled":  # each seed draws from its own stream, then one one-hot for all
-            tokens = torch.stack([sample_next_tokens(t, g) for t, g in zip(targets, data_streams)])
-            targets = nn.functional.one_hot(tokens, targets.shape[-1]).float()
-        loss = batched_loss(params, buffers, data.inputs, targets, data.loss_mask.float())  # [K]
-        optimizer.zero_grad(set_to_none=True)
-        loss.sum().backward()
-        optimizer.step()
+    for step, data in zip(bar, batches):
+        losses[step] = step_fn(data).numpy()
         scheduler.step()
-        losses[step] = loss.detach().numpy()
         with torch.no_grad():
             for watcher in watchers.values():
                 watcher.update(params, step + 1)

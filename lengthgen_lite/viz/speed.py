@@ -58,3 +58,25 @@ def plot_batching(rows: Sequence[Mapping[str, Any]], *, title: str) -> Figure:
     right.set_title("What batching buys")
     right.axhline(1.0, color="0.5", linewidth=0.8)
     return fig
+
+
+FAST_PATH_BARS = (("reference_ms", "reference path"), ("fast_ms", "fast path, eager"), ("compiled_ms", "fast path, compiled"))
+
+
+def plot_fast_path(rows: Sequence[Mapping[str, Any]], *, title: str) -> Figure:
+    """CPU ms per seed-step of each chapter's main training on each path (bars, log scale), with the
+    arithmetic limit of a fast-path step (matmul FLOPs over measured matmul throughput) as a tick."""
+    _check_rows(rows, ("chapter", "limit_ms", *(key for key, _ in FAST_PATH_BARS)), "fast-path")
+    fig, (ax,) = panels(1, width=8.0, height=3.8, title=title)
+    x = np.arange(len(rows))
+    width = 0.8 / len(FAST_PATH_BARS)
+    for i, (key, label) in enumerate(FAST_PATH_BARS):
+        ax.bar(x + (i - 1) * width, [r[key] for r in rows], width=width, label=label)
+    ax.scatter(x + width, [r["limit_ms"] for r in rows], marker="_", s=400, color="0.2", zorder=3,
+               label="arithmetic limit (matmul FLOPs / measured GFLOP/s)")
+    ax.set_yscale("log")
+    ax.set_xticks(x, [r["chapter"] for r in rows])
+    ax.set_xlabel("chapter's main training")
+    ax.set_ylabel("CPU ms per seed-step, one thread")
+    ax.legend(fontsize="small")
+    return fig
