@@ -19,6 +19,9 @@ CHROMIUM_VERSION := 156.0.8078.114-1~deb12u1
 # The browser test fails if the whole book holds fewer static slider figures than this.
 MIN_SLIDERS ?= 7
 NB ?= $(wildcard notebooks/*.ipynb book/*.ipynb)
+# make lab's port: the one the chapters' "open in JupyterLab" links use (lengthgen_lab_port in _config.yml).
+LAB_PORT := $(shell sed -n 's/^ *lengthgen_lab_port: *\([0-9]*\).*/\1/p' _config.yml)
+PDF := _build/pdf/lengthgen-lite.pdf
 # Both cores: pytest-xdist workers and parallel notebook execution, one torch thread each.
 WORKERS ?= 2
 # Chapter 4's SmolLM2 weights, cached outside the repository (ch4_llama.cache_dir reads the same variable).
@@ -32,24 +35,39 @@ SUDO := $(if $(ROOT),,sudo)
 export OMP_NUM_THREADS := 1
 export MKL_NUM_THREADS := 1
 
-.PHONY: book test unit nbval browser execute bench lab
+.PHONY: book pdf test unit nbval margins browser execute bench lab
 
 book: $(VENDOR)/.copied
 	rm -rf _build/html
 	$(BIN)/jupyter-book build . --all -W -n --keep-going
 	@echo "The book: $(CURDIR)/_build/html/index.html"
 
+# The whole book as one PDF, offline: the single-page build printed by the system Chromium
+# (Jupyter Book's pdfhtml builder would download a browser). It shares _build/.doctrees with
+# `make book`: run the two one after the other, not at once.
+pdf: $(VENDOR)/.copied $(NODE) $(CHROMIUM)
+	rm -rf _build/singlehtml
+	$(BIN)/jupyter-book build . --builder singlehtml -W -n --keep-going
+	node tools/print_pdf.mjs _build/singlehtml $(PDF)
+
 # One pytest run over both cores: unit tests and every chapter re-executed and compared with its
 # stored outputs (tests/test_notebooks.py; tolerant of another CPU's rounding, see CONTRIBUTING.md).
 # Beside it the book build and then the browser test (tests/run_all.sh); each stage's time is printed.
 test: $(ENV) $(SMOLLM2) $(VENDOR)/.copied $(NODE) $(CHROMIUM)
-	@bash tests/run_all.sh $(BIN) $(WORKERS) $(MIN_SLIDERS)
+	@bash tests/run_all.sh $(BIN) $(WORKERS) $(MIN_SLIDERS) $(PDF)
 
 unit: $(ENV) $(SMOLLM2)
 	$(BIN)/pytest -n $(WORKERS) -m "not notebook" tests
 
+# nbval: every notebook, one item per code cell, executed twice (stored outputs compared; new seeds,
+# LENGTHGEN_SEED_OFFSET, default 1000, with every claim asserted), then the margin report.
 nbval: $(ENV) $(SMOLLM2)
-	$(BIN)/pytest -n $(WORKERS) --dist loadgroup -m notebook tests
+	$(BIN)/pytest -n $(WORKERS) --dist loadfile -m notebook
+	$(BIN)/python tests/margins_report.py _build/margins
+
+# The slack of every asserted claim in seed spreads, on stored and new seeds, from the last notebook run.
+margins: $(ENV)
+	$(BIN)/python tests/margins_report.py _build/margins
 
 browser: book $(NODE) $(CHROMIUM)
 	node tests/browser/test_sliders.mjs _build/html $(MIN_SLIDERS)
@@ -67,8 +85,9 @@ bench: $(ENV) $(SMOLLM2)
 	$(BIN)/python benchmarks/speed.py
 	$(MAKE) --no-print-directory execute NB=book/speed.ipynb
 
+# On 127.0.0.1:$(LAB_PORT) only (no silent move to another port, where the book's links would miss it).
 lab: $(ENV)
-	$(BIN)/jupyter lab $(if $(ROOT),--allow-root)
+	$(BIN)/jupyter lab --ip 127.0.0.1 --port $(LAB_PORT) --ServerApp.port_retries=0 $(if $(ROOT),--allow-root)
 
 # A fresh venv whenever the pins change, so nothing stale survives.
 $(ENV): requirements.txt constraints.txt pyproject.toml

@@ -26,7 +26,6 @@ import argparse
 import json
 import os
 import pathlib
-import platform
 import subprocess
 import sys
 import tempfile
@@ -151,11 +150,20 @@ def matmul_bound(seeds: int, batch: int, loop_ms_per_step: float) -> dict[str, f
             "batched_other_ops_ms_per_step": round(other_ms, 2), "speedup_bound": round(loop_ms_per_step / matmul_ms, 2)}
 
 
-def cpu_model() -> str:
-    for line in pathlib.Path("/proc/cpuinfo").read_text().splitlines():
-        if line.startswith("model name"):
-            return line.split(":", 1)[1].strip()
-    return platform.processor() or "unknown"
+def cpu_model() -> str | None:
+    """The CPU's model name (/proc/cpuinfo, else lscpu), or None: the book then says it was not recorded."""
+    sources = [pathlib.Path("/proc/cpuinfo").read_text,
+               lambda: subprocess.run(["lscpu"], capture_output=True, text=True, check=True).stdout]
+    for read in sources:  # /proc/cpuinfo has no model name on some ARM kernels; lscpu then has one
+        try:
+            text = read()
+        except (OSError, subprocess.CalledProcessError):
+            continue
+        for line in text.splitlines():
+            key, _, value = line.partition(":")
+            if key.strip().lower() == "model name" and value.strip():
+                return value.strip()
+    return None
 
 
 def main() -> None:

@@ -5,11 +5,18 @@ Layout: ``core`` is the shared library, ``chapters.chN_*`` holds one chapter's e
 on ``core``), ``viz`` draws (``viz.common`` plus ``viz.chN_*`` mirroring the chapters).
 """
 
+from importlib import metadata as _metadata
+
 from .core.evaluation import LengthTable, evaluate_set_complement
 from .core.model import ModelConfig, Transformer, hook_names, run_with_cache
 from .core.seeding import make_generator, seed_everything
 from .core.tasks import Batch, SetComplement, enumerate_sequences, sample_next_tokens, sample_sequences, seen_mask, target_distribution
 from .core.training import TrainConfig, TrainResult, train
+
+try:  # the installed distribution's version (pyproject.toml), never typed here
+    __version__ = _metadata.version("lengthgen_lite")
+except _metadata.PackageNotFoundError:  # imported from a source tree that was never installed
+    __version__ = "unknown"
 
 __all__ = [
     "Batch",

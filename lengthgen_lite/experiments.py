@@ -24,11 +24,11 @@ import json
 import math
 import pathlib
 from dataclasses import dataclass, field
-from importlib import metadata
 from typing import Any, Callable, Mapping, Sequence, get_args
 
 import numpy as np
 
+from . import __version__
 from .core.averaging import make_bema, make_ema
 from .core.evaluation import evaluate_seeds
 from .core.model import ModelConfig, NormPlacement
@@ -399,11 +399,8 @@ def run_experiment(
 
 
 def package_version() -> str:
-    """The installed package's version, written into every results file."""
-    try:
-        return metadata.version("lengthgen_lite")
-    except metadata.PackageNotFoundError:
-        return "unknown"
+    """The installed package's version (``lengthgen_lite.__version__``), written into every results file."""
+    return __version__
 
 
 # --- results -----------------------------------------------------------------------------------------

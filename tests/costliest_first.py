@@ -1,7 +1,7 @@
 """Notebooks ordered by their last measured cost (`make bench`), costliest first.
 
 Two workers that each take the next notebook as they free up (`make execute`, and the notebook tests
-under `pytest --dist loadgroup`) then start the long chapters at once and finish together.
+under `pytest --dist loadfile`) then start the long chapters at once and finish together.
 Unmeasured notebooks keep their order, after the measured ones.
 
     python tests/costliest_first.py notebooks/*.ipynb book/*.ipynb   # prints the paths in that order

@@ -1,19 +1,21 @@
 #!/usr/bin/env bash
 # `make test`: every check, with each stage's time.
-#   tests/run_all.sh <venv bin dir> <pytest workers> <minimum slider figures>
-# One pytest run keeps both cores busy: the unit tests and every chapter re-executed and compared.
-# Beside it, the book is built and then checked in a browser (they were stages after pytest, 71 s;
-# the browser mostly waits on page loads and redraws, so beside pytest they add little). Their
-# output goes to _build/logs/ and is printed after pytest's, so the log reads in order.
+#   tests/run_all.sh <venv bin dir> <pytest workers> <minimum slider figures> <pdf path>
+# One pytest run keeps both cores busy: the unit tests, and every chapter executed as nbval items twice
+# (compared with its stored outputs; on new seeds with every claim asserted); then the margin report.
+# Beside it, two chains that mostly wait on a browser: (1) the book is built, printed to PDF (make pdf)
+# and the PDF checked against it, then every page checked in a browser; (2) the live path: chapter 2
+# run in JupyterLab and its sliders moved (tests/browser/test_live.mjs). Their output goes to
+# _build/logs/ and is printed after pytest's, so the log reads in order.
 set -uo pipefail
-if [ $# -ne 3 ]; then
-  echo "usage: tests/run_all.sh <venv bin dir> <pytest workers> <minimum slider figures>" >&2
+if [ $# -ne 4 ]; then
+  echo "usage: tests/run_all.sh <venv bin dir> <pytest workers> <minimum slider figures> <pdf path>" >&2
   exit 2
 fi
-bin=$1 workers=$2 min_sliders=$3
+bin=$1 workers=$2 min_sliders=$3 pdf=$4
 logs=_build/logs
 mkdir -p "$logs"
-rm -f "$logs/book.log" "$logs/browser.log"
+rm -f "$logs/book.log" "$logs/pdf.log" "$logs/browser.log" "$logs/live.log"
 : > "$logs/stages.txt"
 start=$(date +%s)
 elapsed() { echo $(( $(date +%s) - $1 )); }
@@ -25,6 +27,11 @@ elapsed() { echo $(( $(date +%s) - $1 )); }
   echo "stage book (beside pytest): $(elapsed "$t") s, exit $status" >> "$logs/stages.txt"
   [ $status -eq 0 ] || exit $status
   t=$(date +%s)
+  { make --no-print-directory pdf && "$bin/python" tests/check_pdf.py "$pdf" _build/html; } > "$logs/pdf.log" 2>&1
+  status=$?
+  echo "stage pdf + its check (beside pytest): $(elapsed "$t") s, exit $status" >> "$logs/stages.txt"
+  [ $status -eq 0 ] || exit $status
+  t=$(date +%s)
   node tests/browser/test_sliders.mjs _build/html "$min_sliders" > "$logs/browser.log" 2>&1
   status=$?
   echo "stage browser (beside pytest): $(elapsed "$t") s, exit $status" >> "$logs/stages.txt"
@@ -32,22 +39,42 @@ elapsed() { echo $(( $(date +%s) - $1 )); }
 ) &
 book_pid=$!
 
+(
+  t=$(date +%s)
+  node tests/browser/test_live.mjs "$bin" notebooks/02_attention_dispersion.ipynb _build/live > "$logs/live.log" 2>&1
+  status=$?
+  echo "stage live JupyterLab, chapter 2 (beside pytest): $(elapsed "$t") s, exit $status" >> "$logs/stages.txt"
+  exit $status
+) &
+live_pid=$!
+
 t=$(date +%s)
-"$bin/pytest" -n "$workers" --dist loadgroup --durations=12 tests
+"$bin/pytest" -n "$workers" --dist loadfile --durations=12
 pytest_status=$?
-echo "stage pytest (unit + notebooks): $(elapsed "$t") s"
+echo "stage pytest (unit + notebooks on stored and new seeds): $(elapsed "$t") s"
+echo "--- margins of the asserted claims (tests/margins_report.py)"
+"$bin/python" tests/margins_report.py _build/margins
+margins_status=$?
 
 wait "$book_pid"
 book_status=$?
+wait "$live_pid"
+live_status=$?
 echo "--- book build (tail; whole log: $logs/book.log)"
 tail -n 5 "$logs/book.log"
+if [ -s "$logs/pdf.log" ]; then
+  echo "--- make pdf and its check (tail; whole log: $logs/pdf.log)"
+  tail -n 4 "$logs/pdf.log"
+fi
+echo "--- live JupyterLab test (whole log: $logs/live.log)"
+grep -v '^\s' "$logs/live.log" | tail -n 30
 if [ -s "$logs/browser.log" ]; then
   echo "--- browser test (whole log: $logs/browser.log)"
   cat "$logs/browser.log"
 fi
 cat "$logs/stages.txt"
 echo "stage total: $(elapsed "$start") s"
-if [ $pytest_status -ne 0 ] || [ $book_status -ne 0 ]; then
-  echo "make test FAILED: pytest exit $pytest_status, book + browser exit $book_status"
+if [ $pytest_status -ne 0 ] || [ $margins_status -ne 0 ] || [ $book_status -ne 0 ] || [ $live_status -ne 0 ]; then
+  echo "make test FAILED: pytest exit $pytest_status, margins exit $margins_status, book + pdf + browser exit $book_status, live exit $live_status"
   exit 1
 fi

@@ -30,14 +30,16 @@ def test_the_offset_moves_every_seed(monkeypatch):
     base_numpy = numpy_generator(5).random(3)
     monkeypatch.setenv(SEED_OFFSET_VARIABLE, "1000")
     assert seed_offset() == 1000
-    assert torch.equal(torch.rand(3, generator=make_generator(5)), torch.rand(3, generator=make_generator(1005)))
-    assert not torch.equal(torch.rand(3, generator=make_generator(5)), base)
-    assert not np.array_equal(numpy_generator(5).random(3), base_numpy)
+    moved = torch.rand(3, generator=make_generator(5))
+    moved_numpy = numpy_generator(5).random(3)
     seed_everything(5)
-    moved = torch.rand(3)
+    moved_global = torch.rand(3)
+    assert not torch.equal(moved, base) and not np.array_equal(moved_numpy, base_numpy)
     monkeypatch.delenv(SEED_OFFSET_VARIABLE)
+    assert torch.equal(moved, torch.rand(3, generator=make_generator(1005)))  # seed 5 became 1005
+    assert np.array_equal(moved_numpy, numpy_generator(1005).random(3))
     seed_everything(1005)
-    assert torch.equal(moved, torch.rand(3))
+    assert torch.equal(moved_global, torch.rand(3))
 
 
 @pytest.mark.parametrize("bad", ["-3", "x", "1.5"])

@@ -1,20 +1,25 @@
 """The replication scorecard (book/scorecard.md) agrees with the chapters' stored outputs.
 
 Its verdicts and numbers are glued from the chapters, so they cannot be typed in by hand; this
-checks that every entry exists in its chapter, that verdicts use the four words, that every link
-target exists, and that no chapter computes an entry the scorecard leaves out.
+checks that every entry exists in its chapter, that verdicts use the six words that have a badge
+(book/_ext/lengthgen_book.py), that every link target exists, that no chapter computes an entry the
+scorecard leaves out, and that the page has its summary of counts, its badge legend and the table
+the badges are put in.
 """
 
 import ast
 import json
 import pathlib
 import re
+import sys
 
 import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "book" / "_ext"))
+from lengthgen_book import VERDICTS  # noqa: E402  (the words with a badge)
+
 PAGE = (ROOT / "book" / "scorecard.md").read_text()
-VERDICTS = {"reproduced", "partly reproduced", "not reproduced", "not testable here"}
 GLUE = re.compile(r"\{glue:text\}`/notebooks/([\w.]+\.ipynb)::([\w-]+):s`")
 REF = re.compile(r"\{ref\}`[^`<]*<([\w-]+)>`")
 
@@ -76,6 +81,16 @@ def test_no_chapter_entry_is_left_off_the_page():
     for path in sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb")):
         computed = {key for key in stored_glue(path.name) if re.fullmatch(r"ch\d-score-[\w-]+-(verdict|number)", key)}
         assert computed <= on_page, f"{path.name} computes scorecard entries the page leaves out: {sorted(computed - on_page)}"
+
+
+def test_the_page_reads_at_a_glance():
+    title = PAGE.index("# Replication scorecard")
+    summary = PAGE.index("```{verdict-summary}\n```")
+    assert summary > title and not PAGE[title:summary].count("\n\n") > 1, "the counts come right under the title"
+    legend = re.findall(r"\{verdict\}`([^`]+)`", PAGE)
+    assert legend == list(VERDICTS), "the legend shows every verdict's badge, in the summary's order"
+    table = PAGE.index("```{table}\n:class: scorecard\n")
+    assert table < PAGE.index("| claim | source | verdict |") < PAGE.index("\n```", table + 10)
 
 
 def test_the_pretrained_model_row_measures_a_llama_family_decoder():

@@ -6,23 +6,15 @@
 // slider figure that does not change when its slider is dragged; or if the book holds fewer slider
 // figures than the minimum.
 // Saves a screenshot of every slider figure, after the drag, to _build/browser/.
-import { mkdir, mkdtemp, readdir, readFile, rm } from "node:fs/promises";
-import http from "node:http";
-import os from "node:os";
+import { mkdir, readdir, readFile } from "node:fs/promises";
 import path from "node:path";
-import { chromium } from "playwright-core";
+import { HARMLESS, launchChromium, onlyOrigin, serveDirectory } from "../../tools/browser.mjs";
 
 if (process.argv.length !== 4 || !Number.isInteger(Number(process.argv[3]))) {
   throw new Error("usage: node tests/browser/test_sliders.mjs <built html dir> <minimum slider figures>");
 }
 const [root, minimum] = [path.resolve(process.argv[2]), Number(process.argv[3])];
 const SHOTS = path.resolve(root, "..", "browser");
-const HARMLESS = "Identifier 'THEBE_JS_URL' has already been declared";
-const TYPES = {
-  ".html": "text/html", ".js": "text/javascript", ".css": "text/css", ".json": "application/json",
-  ".svg": "image/svg+xml", ".png": "image/png", ".woff": "font/woff", ".woff2": "font/woff2",
-  ".ttf": "font/ttf", ".txt": "text/plain",
-};
 const failures = [];
 const fail = (page, message) => failures.push(`${page}: ${message}`);
 
@@ -39,30 +31,10 @@ async function htmlPages(dir) {
   return pages.sort();
 }
 
-const server = http.createServer(async (request, response) => {
-  const file = path.join(root, decodeURIComponent(new URL(request.url, "http://x").pathname));
-  try {
-    const body = await readFile(file);
-    response.writeHead(200, { "content-type": TYPES[path.extname(file)] ?? "application/octet-stream" });
-    response.end(body);
-  } catch {
-    response.writeHead(404).end();
-  }
-});
-await new Promise((resolve) => server.listen(0, "127.0.0.1", resolve));
-const origin = `http://127.0.0.1:${server.address().port}`;
-
-const userDataDir = await mkdtemp(path.join(os.tmpdir(), "lengthgen-chromium-"));
-const context = await chromium.launchPersistentContext(userDataDir, {
-  executablePath: "/usr/bin/chromium",
-  headless: true,
-  viewport: { width: 1280, height: 900 },
-  args: [
-    "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--disable-background-networking",
-    "--disable-component-update", "--disable-sync", "--no-first-run",
-  ],
-});
-context.setDefaultTimeout(30_000);
+const server = await serveDirectory(root);
+const origin = server.origin;
+const browser = await launchChromium();
+const context = browser.context;
 await mkdir(SHOTS, { recursive: true });
 
 // The data and the drawn plot (without the slider itself) of a plotly graph div.
@@ -109,11 +81,9 @@ for (const url of await htmlPages(root)) {
   const page = await context.newPage();
   page.on("pageerror", (error) => error.message.includes(HARMLESS) || fail(url, `script error: ${error.message}`));
   page.on("response", (r) => r.status() >= 400 && fail(url, `HTTP ${r.status()} for ${r.url()}`));
-  await page.route("**/*", (route) => {
-    if (route.request().url().startsWith(origin)) return route.continue();
+  await onlyOrigin(page, origin, (blocked) => {
     external += 1;
-    fail(url, `requested another host: ${route.request().url()}`);
-    return route.abort();
+    fail(url, `requested another host: ${blocked}`);
   });
   await page.goto(`${origin}/${url}`, { waitUntil: "load" });
   if (/<meta http-equiv="refresh"/i.test(await readFile(path.join(root, url), "utf8"))) {
@@ -152,9 +122,8 @@ for (const url of await htmlPages(root)) {
   widgetCount += views;
   await page.close();
 }
-await context.close();
+await browser.close();
 server.close();
-await rm(userDataDir, { recursive: true, force: true });
 
 if (sliderCount < minimum) failures.push(`${sliderCount} slider figure(s) in the book, expected at least ${minimum}`);
 console.log(`${sliderCount} slider figure(s), ${widgetCount} widget view(s), ${external} external request(s) aborted`);
