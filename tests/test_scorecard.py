@@ -91,3 +91,10 @@ def test_the_page_reads_at_a_glance():
     assert legend == list(VERDICTS), "the legend shows every verdict's badge, in the summary's order"
     table = PAGE.index("```{table}\n:class: scorecard\n")
     assert table < PAGE.index("| claim | source | verdict |") < PAGE.index("\n```", table + 10)
+
+
+def test_the_pretrained_model_row_measures_a_llama_family_decoder():
+    """Figure 1 is about Llama; the row is computed from the Llama-family model, not the MiniLM encoder."""
+    (row,) = [line for line in PAGE.splitlines() if line.startswith("| The decay shows in a real pretrained model")]
+    assert [key for _, key in GLUE.findall(row)] == ["ch4-score-llama-verdict", "ch4-score-llama-number"]
+    assert "Llama-family" in row

@@ -94,3 +94,23 @@ def test_against_N_draws_references_dashed():
 def test_against_N_legend_outside_sits_right_of_the_panel():
     ax = plot_against_N(N, {"acc": np.ones(4)}, title="t", ylabel="y", legend="outside")
     assert ax.get_legend().get_bbox_to_anchor().x0 > ax.get_window_extent().x1
+
+
+def test_layer_slopes_heatmap_and_sink_scatter():
+    from lengthgen_lite.viz.ch4_vanishing_variance import (LAYER_LABEL, plot_layer_heatmap, plot_layer_slopes,
+                                                           plot_slope_against_sink)
+
+    slope = np.array([-0.3, -0.1, 0.0])
+    ax = plot_layer_slopes([8, 512], {"a": (slope, slope - 0.1, slope + 0.1), "b": (slope, slope, slope)}, title="t")
+    assert ax.get_xlabel() == LAYER_LABEL and "N = 8..512" in ax.get_title()
+    assert [t.get_text() for t in ax.get_legend().get_texts()] == ["law: -0.5", "a", "b"]
+    ax = plot_layer_heatmap([8, 16], np.array([[0.1, 0.2], [0.0, 0.5]]), title="sink", colorbar="mass")
+    assert [t.get_text() for t in ax.get_xticklabels()] == ["8", "16"]
+    ax = plot_slope_against_sink({"x": np.array([0.1, 0.5, 0.2])}, {"x": slope}, title="t", xlabel="sink", ylabel="slope")
+    assert len(ax.texts) == 3
+    with pytest.raises(ValueError, match="values must be"):
+        plot_layer_heatmap([8], np.zeros((2, 2)), title="t", colorbar="c")
+    with pytest.raises(ValueError, match="same non-empty labels"):
+        plot_slope_against_sink({"x": slope}, {"y": slope}, title="t", xlabel="a", ylabel="b")
+    with pytest.raises(ValueError, match="at least one"):
+        plot_layer_slopes([8, 16], {}, title="t")

