@@ -246,8 +246,16 @@ def test_package_imports_without_ray():
 def ray_cluster():
     import ray  # pinned in requirements.txt: `make test` has it (an error here, never a skip)
 
-
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, runtime_env={"env_vars": RAY_ENV})
+    # Ray gives its raylet a fixed 30 s to register; beside two notebook kernels, the book build and
+    # a browser on a 2-core machine that once was not enough. A slow start is retried, twice.
+    for attempt in range(3):
+        try:
+            ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, runtime_env={"env_vars": RAY_ENV})
+            break
+        except Exception as error:  # Ray raises a bare Exception for it
+            ray.shutdown()
+            if "timed out during startup" not in str(error) or attempt == 2:
+                raise
     yield ray
     ray.shutdown()
 
