@@ -245,7 +245,7 @@ class Transformer(nn.Module):
         ``tables`` (needs ``positional="none"``): a position's input to the first layer depends on its
         token alone, so its Q/K/V (and pre-norm LN) are computed once per vocabulary row and gathered,
         instead of once per position. The first block's hooks then see [v, d_model] tables, so
-        :func:`run_with_cache` always runs the plain path. ``broadcast``: see :func:`_matmul`.
+        :func:`run_with_cache` always runs the plain path. ``broadcast``: see ``_matmul`` in this module.
         """
         if tokens.dim() != 2 or tokens.dtype != torch.long:
             raise ValueError(f"tokens must be [batch, pos] long, got shape {tuple(tokens.shape)} {tokens.dtype}")
