@@ -50,8 +50,9 @@ pdf: $(VENDOR)/.copied $(NODE) $(CHROMIUM)
 	$(BIN)/jupyter-book build . --builder singlehtml -W -n --keep-going
 	node tools/print_pdf.mjs _build/singlehtml $(PDF)
 
-# One pytest run over both cores: unit tests and every chapter re-executed and compared with its
-# stored outputs (tests/test_notebooks.py; tolerant of another CPU's rounding, see CONTRIBUTING.md).
+# One pytest run over both cores: unit tests and every chapter as nbval items, compared with its stored
+# outputs (tolerant of another CPU's rounding) and again on new seeds (tests/nbval_tolerant.py), then
+# each claim's margin; beside it the book, the PDF, the browser tests (tests/run_all.sh, CONTRIBUTING.md).
 # Beside it the book build and then the browser test (tests/run_all.sh); each stage's time is printed.
 test: $(ENV) $(SMOLLM2) $(VENDOR)/.copied $(NODE) $(CHROMIUM)
 	@bash tests/run_all.sh $(BIN) $(WORKERS) $(MIN_SLIDERS) $(PDF)
