@@ -19,12 +19,13 @@ in `<--nb-margins>/<run>/<notebook>.jsonl` (default `_build/margins`); `margins_
 them.
 
 After a cell raises, the rest of its run is skipped (its later cells would fail only for want of
-the variables it did not define); after a cell whose outputs differ, the run goes on. `--nb-prelude FILE` runs code in each kernel before the first
-cell: the regression test in `test_notebooks.py` uses it to build every model with the wrong norm
-placement. Each cell item carries the `notebook` marker. A run's cells must execute in order in one
-kernel, so the notebook tests run under `pytest -n 2 --dist loadfile`, which keeps every item of a
-file (both runs of a notebook) on one worker and hands out whole files, costliest first. nbval's own `--nbval` flag is not used: it would collect every
-notebook once more, with the exact comparison.
+the variables it did not define); after a cell whose outputs differ, the run goes on.
+`--nb-prelude FILE` runs code in each kernel before the first cell: the regression test in
+`test_notebooks.py` uses it to build every model with the wrong norm placement. Each cell item
+carries the `notebook` marker. A run's cells must execute in order in one kernel, so the notebook
+tests run under `pytest -n 2 --dist loadfile`, which keeps every item of a file (both runs of a
+notebook) on one worker and hands out whole files, costliest first. nbval's own `--nbval` flag is
+not used: it would collect every notebook once more, with the exact comparison.
 """
 
 from __future__ import annotations
@@ -73,7 +74,9 @@ OUTPUTS_DIFFER = "Cell outputs differ"  # nbval's message when a cell ran but it
 
 
 def runs_for(path: pathlib.Path) -> list[Run]:
-    stored = Run("stored-outputs", OLDER_CPU if path.stem == ON_OLDER_CPU else {}, compare=True)
+    # the stored seeds even where the caller's environment sets an offset for the new-seeds run
+    stored_env = {SEED_OFFSET_VARIABLE: "0", **(OLDER_CPU if path.stem == ON_OLDER_CPU else {})}
+    stored = Run("stored-outputs", stored_env, compare=True)
     if path.parent != CHAPTERS:
         return [stored]
     offset = os.environ.get(SEED_OFFSET_VARIABLE) or NEW_SEED_OFFSET
