@@ -42,12 +42,12 @@ import pytest
 from nbval.plugin import IPyNbCell, IPyNbFile, NbCellError
 
 from costliest_first import costliest_first
+from lengthgen_lite.core.claims import MARGINS_FILE_VARIABLE
+from lengthgen_lite.core.seeding import SEED_OFFSET_VARIABLE
 from nbcompare import Report, compare_cell
 
 CHAPTERS = pathlib.Path(__file__).resolve().parents[1] / "notebooks"
 
-SEED_OFFSET_VARIABLE = "LENGTHGEN_SEED_OFFSET"  # read by lengthgen_lite.core.seeding
-MARGINS_FILE_VARIABLE = "LENGTHGEN_MARGINS_FILE"  # written by lengthgen_lite.core.claims
 # No stored output uses a seed this large: every chapter's seeds are below 100.
 NEW_SEED_OFFSET = "1000"
 
@@ -55,7 +55,7 @@ NEW_SEED_OFFSET = "1000"
 # default: the arithmetic is the same, the rounding is not (as on another CPU). Not AVX2: if the
 # stored outputs were ever made on an AVX2 machine, an AVX2 run would move nothing and prove nothing.
 OLDER_CPU = {"MKL_ENABLE_INSTRUCTIONS": "SSE4_2"}
-ON_OLDER_CPU = "02_attention_dispersion"  # cheap, and the emulated CPU moves some of its printed numbers
+ON_OLDER_CPU = "02_attention_dispersion"  # cheap; on Intel CPUs the cap moves some of its printed numbers
 
 
 @dataclasses.dataclass(frozen=True)
