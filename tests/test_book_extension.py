@@ -15,7 +15,7 @@ import yaml
 from sphinx.cmd.build import build_main
 
 import lengthgen_lite
-from lengthgen_lite.core.evaluation import VERDICTS as PACKAGE_VERDICTS
+from lengthgen_lite.runs.scorecard import VERDICTS as PACKAGE_VERDICTS
 from lengthgen_lite.experiments import package_version
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]

@@ -10,7 +10,6 @@ from lengthgen_lite.core.evaluation import (
     evaluate_set_complement,
     prefix_profile,
     stack_metric,
-    verdict,
 )
 from lengthgen_lite.core.model import ModelConfig, Transformer
 
@@ -123,7 +122,3 @@ def test_seed_values_filters_and_orders_by_seed():
     with pytest.raises(ValueError, match="column 'gap' is unknown"):
         seed_values(rows, "gap", norm="post")
 
-
-def test_verdict_words():
-    assert verdict(True) == verdict(True, partly=True) == "reproduced"
-    assert verdict(False, partly=True) == "partly reproduced" and verdict(False) == "not reproduced"

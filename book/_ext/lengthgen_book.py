@@ -34,7 +34,7 @@ LOGGER = logging.getLogger(__name__)
 STATIC = pathlib.Path(__file__).resolve().parents[1] / "_static"
 CHAPTERS = "notebooks/"  # docnames of the chapters start with this
 # Every verdict word a chapter may glue, in the order the summary lists them; each has a badge
-# colour in _static/lengthgen.css (lengthgen_lite.core.evaluation.VERDICTS must be a subset).
+# colour in _static/lengthgen.css (lengthgen_lite.runs.scorecard.VERDICTS must be a subset).
 VERDICTS = ("reproduced", "partly reproduced", "not reproduced", "robust null", "demonstration", "not testable here")
 
 

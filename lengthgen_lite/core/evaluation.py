@@ -165,19 +165,3 @@ def loglog_slope(x: Sequence[float], y: Sequence[float]) -> float:
     if (xs <= 0).any() or (ys <= 0).any() or not np.isfinite(ys).all():
         raise ValueError("x and y must be positive and finite for a log-log fit")
     return float(np.polyfit(np.log(xs), np.log(ys), 1)[0])
-
-
-VERDICTS = ("reproduced", "partly reproduced", "not reproduced", "not testable here", "demonstration")
-
-
-def verdict(holds: bool, partly: bool = False) -> str:
-    """The scorecard's word for a claim, computed from the quantities a chapter asserts, so that
-    it cannot drift from the data: "reproduced" if ``holds``, else "partly reproduced" if ``partly``."""
-    return VERDICTS[0] if holds else VERDICTS[1] if partly else VERDICTS[2]
-
-
-def demonstration(holds: bool) -> str:
-    """The scorecard's word for a row the book builds rather than measures (a hand-built model, a
-    Monte Carlo of a theorem): it shows the claim at work but could not have refuted it, so it is
-    not counted as a replication. "not reproduced" if even the construction fails."""
-    return VERDICTS[4] if holds else VERDICTS[2]

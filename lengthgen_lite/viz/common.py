@@ -19,6 +19,7 @@ from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
 from ..core.evaluation import LengthTable, stack_metric
+from ..runs.scorecard import Claim
 from .style import PALETTE
 
 S_LABEL = "prefix length s (tokens seen)"
@@ -216,3 +217,13 @@ def glue_round(name: str, value: float, digits: int = 3) -> None:
     if not isinstance(digits, int) or isinstance(digits, bool) or digits < 0:
         raise ValueError(f"digits must be an int >= 0, got {digits!r}")
     glue(name, int(round(value)) if digits == 0 else round(float(value), digits), display=False)
+
+
+def glue_claims(claims: Sequence[Claim]) -> None:
+    """Glue each claim's verdict and number under ``<key>-verdict`` and ``<key>-number``, the
+    names ``book/scorecard.md`` reads."""
+    from myst_nb import glue  # the book's glue; imported here so the package runs without it
+
+    for claim in claims:
+        glue(f"{claim.key}-verdict", claim.verdict, display=False)
+        glue(f"{claim.key}-number", claim.number, display=False)
