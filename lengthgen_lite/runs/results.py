@@ -1,0 +1,234 @@
+"""The one results table: a row per (configuration, variant, seed, logit scale), metrics per length.
+
+Every experiment, whatever its task, returns a :class:`Results`: the spec, its configurations,
+and rows ``{"config": i, "variant": "raw" | "ema" | ..., "seed": k, "scale": c, "s": [...],
+metric: [...]}`` whose metric lists run over the evaluated lengths ``s``. One selector reads it:
+
+- :meth:`Results.curves` -> per-length values, ``[seeds, lengths]`` (``[configs, seeds, lengths]``
+  when several configurations match);
+- :meth:`Results.values` -> one number per seed, ``[seeds]`` (or ``[configs, seeds]``): a metric
+  averaged over the training lengths (``"tv_train"``), the lengths beyond (``"tv_beyond"``), or
+  read at the first or longest length (``"logit_gap_first"``, ``"tv_longest"``).
+
+``where`` matches any :class:`~lengthgen_lite.runs.spec.Config` field (``norm="post"``) and the
+row keys ``variant`` (default "raw"), ``seed`` and ``scale`` (default 1.0). Rows are saved as
+JSON with their provenance (git commit and whether the tree was clean, versions, CPU, threads,
+wall time, command); the trained models stay in memory only (:meth:`Results.trained`).
+"""
+
+from __future__ import annotations
+
+import json
+import pathlib
+import platform
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from typing import Any, Sequence
+
+import numpy as np
+
+from ..core.training import TrainResult
+from .spec import CONFIG_FIELDS, Config, Spec
+
+ROW_KEYS = ("config", "variant", "seed", "scale")
+RANGES = {"train": "mean over 1..L", "beyond": "mean beyond L", "first": "s = 1", "longest": "last s"}
+PROVENANCE_KEYS = (
+    "git_commit",
+    "git_clean",
+    "package",
+    "torch",
+    "numpy",
+    "python",
+    "cpu",
+    "threads",
+    "wall_seconds",
+    "command",
+)
+
+
+def _git(*args: str) -> str | None:
+    root = pathlib.Path(__file__).resolve().parents[2]
+    try:
+        done = subprocess.run(["git", *args], cwd=root, capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return done.stdout.strip() if done.returncode == 0 else None
+
+
+def _cpu() -> str:
+    try:
+        for line in pathlib.Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def provenance(wall_seconds: float, command: str | None = None) -> dict[str, Any]:
+    """Where a results file came from: code, library versions, machine and the command."""
+    import torch
+
+    from .. import __version__
+
+    status = _git("status", "--porcelain")
+    return {
+        "git_commit": _git("rev-parse", "HEAD"),
+        "git_clean": None if status is None else status == "",
+        "package": __version__,
+        "torch": torch.__version__,
+        "numpy": np.__version__,
+        "python": platform.python_version(),
+        "cpu": _cpu(),
+        "threads": torch.get_num_threads(),
+        "wall_seconds": round(float(wall_seconds), 3),
+        "command": command if command is not None else " ".join(sys.argv),
+    }
+
+
+@dataclass
+class Results:
+    """Rows of one experiment, its spec and provenance; ``trained`` (in memory) per configuration."""
+
+    spec: Spec
+    rows: list[dict[str, Any]]
+    provenance: dict[str, Any] = field(default_factory=dict)
+    trained: dict[int, TrainResult] = field(default_factory=dict, repr=False)
+
+    def __post_init__(self) -> None:
+        self.configs: list[Config] = self.spec.configurations()
+        self.train_length = {i: c.setup().train_length for i, c in enumerate(self.configs)}
+
+    # --- selecting -----------------------------------------------------------------------------
+    def select(self, **where: Any) -> list[dict[str, Any]]:
+        """The rows matching ``where`` (config fields and row keys; no defaults applied)."""
+        config_where = {k: v for k, v in where.items() if k in CONFIG_FIELDS}
+        row_where = {k: v for k, v in where.items() if k in ROW_KEYS}
+        if unknown := set(where) - set(config_where) - set(row_where):
+            allowed = ROW_KEYS + CONFIG_FIELDS
+            raise ValueError(f"cannot select on {sorted(unknown)}; allowed: {allowed}")
+        chosen = {
+            i for i, c in enumerate(self.configs) if all(getattr(c, k) == v for k, v in config_where.items())
+        }
+        return [
+            r for r in self.rows if r["config"] in chosen and all(r[k] == v for k, v in row_where.items())
+        ]
+
+    def _grouped(self, **where: Any) -> list[list[dict[str, Any]]]:
+        where = {"variant": "raw", "scale": 1.0} | where
+        rows = self.select(**where)
+        if not rows:
+            raise ValueError(f"no rows match {where!r}; variants: {self.variants}")
+        groups: dict[int, list[dict[str, Any]]] = {}
+        for row in rows:
+            groups.setdefault(row["config"], []).append(row)
+        out = []
+        for group in groups.values():
+            seeds = [r["seed"] for r in group]
+            if len(set(seeds)) != len(seeds):
+                raise ValueError(f"{where!r} matches a configuration twice per seed; pin variant and scale")
+            out.append(sorted(group, key=lambda r: r["seed"]))
+        if len({len(g) for g in out}) != 1:
+            raise ValueError(f"{where!r} matches configurations with different seeds")
+        return out
+
+    def curves(self, metric: str, **where: Any) -> np.ndarray:
+        """``metric`` at every evaluated length: [seeds, lengths], or [configs, seeds, lengths]."""
+        groups = self._grouped(**where)
+        self._check_metric(metric)
+        out = np.array([[r[metric] for r in g] for g in groups], dtype=float)
+        return out[0] if len(groups) == 1 else out
+
+    def values(self, metric: str, **where: Any) -> np.ndarray:
+        """One number per seed: [seeds], or [configs, seeds] when several configurations match.
+
+        ``metric`` is a per-length metric with a suffix: ``_train`` (mean over the training
+        lengths), ``_beyond`` (mean over the longer ones), ``_first`` or ``_longest`` (one length).
+        Means skip nan (a length where a metric has no position).
+        """
+        base, _, part = metric.rpartition("_")
+        if part not in RANGES or not base:
+            raise ValueError(f"metric {metric!r} needs a suffix; allowed: {tuple('_' + r for r in RANGES)}")
+        groups = self._grouped(**where)
+        self._check_metric(base)
+        out = []
+        for group in groups:
+            L = self.train_length[group[0]["config"]]
+            values = np.array([r[base] for r in group], dtype=float)  # [seeds, lengths]
+            s = np.asarray(group[0]["s"])
+            if part == "first":
+                out.append(values[:, 0])
+            elif part == "longest":
+                out.append(values[:, -1])
+            else:
+                inside = s <= L if part == "train" else s > L
+                out.append(np.nanmean(values[:, inside], axis=1))
+        array = np.array(out)
+        return array[0] if len(groups) == 1 else array
+
+    def lengths(self, **where: Any) -> np.ndarray:
+        """The evaluated lengths ``s`` of the matching rows."""
+        return np.asarray(self._grouped(**where)[0][0]["s"])
+
+    def result(self, **where: Any) -> TrainResult:
+        """The trained models of the one configuration matching ``where`` (in memory only)."""
+        configs = sorted({r["config"] for r in self.select(**where)})
+        if len(configs) != 1:
+            raise ValueError(f"{where!r} matches {len(configs)} configurations; one is needed")
+        if configs[0] not in self.trained:
+            raise ValueError("the trained models are not kept in a loaded results file")
+        return self.trained[configs[0]]
+
+    def summary(self, metrics: Sequence[str], **where: Any) -> list[dict[str, Any]]:
+        """Tidy rows, one per (configuration, seed): the varying config fields and ``metrics``."""
+        groups = self._grouped(**where)
+        keys = self.spec.varying()
+        rows = []
+        for group in groups:
+            config = self.configs[group[0]["config"]]
+            columns = {m: self.values(m, config=group[0]["config"], **where) for m in metrics}
+            for k, row in enumerate(group):
+                base = {key: getattr(config, key) for key in keys} | {"seed": row["seed"]}
+                rows.append(base | {m: float(v[k]) for m, v in columns.items()})
+        return rows
+
+    def _check_metric(self, metric: str) -> None:
+        if metric not in self.metrics:
+            raise ValueError(f"metric {metric!r} is unknown; this table has {self.metrics}")
+
+    @property
+    def metrics(self) -> tuple[str, ...]:
+        return tuple(k for k in self.rows[0] if k not in ROW_KEYS and k != "s") if self.rows else ()
+
+    @property
+    def variants(self) -> tuple[str, ...]:
+        return tuple(dict.fromkeys(r["variant"] for r in self.rows))
+
+    @property
+    def seeds(self) -> list[int]:
+        return sorted({r["seed"] for r in self.rows})
+
+    # --- saving and loading --------------------------------------------------------------------
+    def save(self, path: str | pathlib.Path) -> pathlib.Path:
+        """Write ``{"spec", "provenance", "rows"}`` as JSON (floats round-trip exactly)."""
+        path = pathlib.Path(path)
+        data = {"spec": self.spec.to_dict(), "provenance": self.provenance, "rows": self.rows}
+        path.write_text(json.dumps(data, indent=1))
+        return path
+
+    @classmethod
+    def load(cls, path: str | pathlib.Path) -> Results:
+        """Read a file written by :meth:`save`; the spec and the provenance fields are checked."""
+        data = json.loads(pathlib.Path(path).read_text())
+        if not isinstance(data, dict) or set(data) != {"spec", "provenance", "rows"}:
+            raise ValueError(f"results file {str(path)!r} must hold exactly 'spec', 'provenance', 'rows'")
+        if missing := set(PROVENANCE_KEYS) - set(data["provenance"]):
+            raise ValueError(f"results file {str(path)!r}: provenance lacks {sorted(missing)}")
+        for i, row in enumerate(data["rows"]):
+            if not isinstance(row, dict) or not set(ROW_KEYS) | {"s"} <= set(row):
+                raise ValueError(f"results file {str(path)!r}: row {i} lacks {ROW_KEYS + ('s',)}")
+        return cls(spec=Spec.from_dict(data["spec"]), rows=data["rows"], provenance=data["provenance"])
+
+
+__all__ = ["PROVENANCE_KEYS", "RANGES", "ROW_KEYS", "Results", "provenance"]

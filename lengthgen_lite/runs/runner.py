@@ -1,0 +1,201 @@
+"""The one runner: ``run(spec)`` trains every configuration of a spec and scores it per length.
+
+Each configuration's seeds train as one batched :func:`~lengthgen_lite.core.training.train` call,
+with the spec's averagers (EMA, BEMA) riding along; the raw and the averaged weights are then
+scored at every length on one fixed test set per task, so seeds differ only in their weights.
+
+How a task is scored is plugged in by its kind, not by a separate runner:
+
+- ``"set_complement"``: :func:`~lengthgen_lite.core.evaluation.evaluate_set_complement` at every
+  logit scale of the spec (built in);
+- ``"sequence"`` (the game and the languages): a function ``(models, batch) -> curves`` that a
+  chapter registers with :func:`register_evaluation` (chapter 7's ``evaluate_lengths``, until the
+  one per-length evaluation moves into the core); ``curves`` has ``s`` and per-length fields.
+
+``backend="ray"`` sends each configuration (or group of seeds) to a Ray task with one torch
+thread (``RAY_ENV``); a seed's result does not depend on the backend. Ray is an optional extra,
+imported only when asked for.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import time
+from typing import Any, Callable, Sequence
+
+import numpy as np
+from torch import nn
+
+from ..core.evaluation import evaluate_seeds, stack_metric
+from ..core.evaluation import METRICS as SET_COMPLEMENT_METRICS
+from ..core.seeding import make_generator
+from ..core.training import TrainResult, train
+from ..core.validation import require_choice, require_int
+from .results import Results, provenance
+from .spec import Config, Spec
+
+BACKENDS = ("local", "ray")
+RAY_ENV = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}  # one torch thread per Ray worker
+Evaluation = Callable[[Sequence[nn.Module], Any], Any]
+EVALUATIONS: dict[str, Evaluation] = {}  # task kind -> (models, test batch) -> curves
+
+
+def register_evaluation(kind: str, evaluate: Evaluation) -> None:
+    """Score the tasks of ``kind`` ("sequence") with ``evaluate(models, batch)``."""
+    require_choice("kind", kind, ("sequence",))
+    EVALUATIONS[kind] = evaluate
+
+
+def task_kind(config: Config) -> str:
+    return "set_complement" if config.task == "set_complement" else "sequence"
+
+
+def _set_complement(models: Sequence[nn.Module], config: Config, spec: Spec) -> dict[float, Any]:
+    setup = config.setup()
+    out = {}
+    for c in spec.scales:
+        tables = evaluate_seeds(models, setup.vocab_size, n_sequences=spec.n_test, seed=spec.eval_seed, logit_scale=c)
+        keep = tables[0].s <= setup.test_length
+        metrics = {m: stack_metric(tables, m)[:, keep] for m in SET_COMPLEMENT_METRICS}
+        out[c] = (tables[0].s[keep], metrics)
+    return out
+
+
+def _sequence(models: Sequence[nn.Module], config: Config, spec: Spec) -> dict[float, Any]:
+    if "sequence" not in EVALUATIONS:
+        raise ValueError(f"no evaluation registered for task {config.task!r}; import its chapter")
+    if spec.scales != (1.0,):
+        raise ValueError(f"task {config.task!r} is scored at logit scale 1.0 only, got {spec.scales}")
+    setup = config.setup()
+    batch = setup.task.sample_train_batch(spec.n_test, setup.test_length, make_generator(spec.eval_seed))
+    curves = EVALUATIONS["sequence"](models, batch)
+    s = np.asarray(curves.s)
+    K = len(models)
+    metrics = {
+        f.name: np.broadcast_to(np.asarray(getattr(curves, f.name)), (K, len(s)))
+        for f in dataclasses.fields(curves)
+        if f.name != "s"
+    }
+    return {1.0: (s, metrics)}
+
+
+def run_configuration(
+    spec: Spec, index: int, seeds: Sequence[int] | None = None, progress: bool = True
+) -> tuple[list[dict[str, Any]], TrainResult]:
+    """Train configuration ``index`` of ``spec`` on ``seeds`` (default: the spec's) and score it."""
+    config = spec.configurations()[index]
+    seeds = list(spec.seeds if seeds is None else seeds)
+    setup = config.setup()
+    desc = f"{spec.name}: {config.label(spec.varying())}"
+    result = train(
+        config.model_config(),
+        setup.task,
+        config.train_config(),
+        seeds,
+        averagers=spec.averager_factories(),
+        progress=progress,
+        desc=desc,
+    )
+    evaluate = _set_complement if task_kind(config) == "set_complement" else _sequence
+    rows = []
+    for variant, models in {"raw": result.models, **result.averaged}.items():
+        for scale, (s, metrics) in evaluate(models, config, spec).items():
+            for k, seed in enumerate(result.seeds):
+                row = {"config": index, "variant": variant, "seed": int(seed), "scale": scale}
+                row["s"] = [int(x) for x in s]
+                rows.append(row | {m: [float(x) for x in v[k]] for m, v in metrics.items()})
+    return rows, result
+
+
+def _run_unit(data: dict, index: int, seeds: list[int], progress: bool, modules: list[str]) -> list:
+    """What one Ray task runs: plain data in and out (the chapters that registered evaluations)."""
+    for module in modules:
+        importlib.import_module(module)
+    return run_configuration(Spec.from_dict(data), index, seeds, progress)[0]
+
+
+def check_run_options(
+    backend: str,
+    seeds_per_task: int | None = None,
+    ray_address: str | None = None,
+    ray_num_cpus: int | None = None,
+) -> None:
+    """Validate :func:`run`'s options before any training starts."""
+    require_choice("backend", backend, BACKENDS)
+    options = {"seeds_per_task": seeds_per_task, "ray_address": ray_address, "ray_num_cpus": ray_num_cpus}
+    if backend == "local":
+        for name, value in options.items():
+            if value is not None:
+                raise ValueError(f"{name}={value!r} is invalid; allowed: None with backend='local'")
+    for name in ("seeds_per_task", "ray_num_cpus"):
+        if options[name] is not None:
+            require_int(name, options[name], 1)
+    if ray_address is not None and ray_num_cpus is not None:
+        raise ValueError("ray_num_cpus must be None when ray_address is given (the cluster has its own CPUs)")
+    if ray_address is not None and (not isinstance(ray_address, str) or not ray_address):
+        raise ValueError(f"ray_address={ray_address!r} is invalid; allowed: None or an address such as 'auto'")
+
+
+def _ray_rows(spec: Spec, units: list, progress: bool, address: str | None, num_cpus: int | None) -> list:
+    try:
+        import ray
+    except ImportError:
+        raise ImportError("backend='ray' needs Ray, an optional extra: pip install 'lengthgen_lite[ray]'") from None
+    started = not ray.is_initialized()
+    if started:
+        if address is None:  # a local cluster on this machine
+            ray.init(num_cpus=num_cpus, include_dashboard=False, log_to_driver=progress)
+        else:
+            ray.init(address=address, log_to_driver=progress)
+    try:
+        remote = ray.remote(_run_unit).options(num_cpus=1, runtime_env={"env_vars": RAY_ENV})
+        modules = sorted({fn.__module__ for fn in EVALUATIONS.values()})
+        data = spec.to_dict()
+        return ray.get([remote.remote(data, i, seeds, progress, modules) for i, seeds in units])
+    finally:
+        if started:
+            ray.shutdown()
+
+
+def run(
+    spec: Spec,
+    backend: str = "local",
+    progress: bool = True,
+    *,
+    seeds_per_task: int | None = None,
+    ray_address: str | None = None,
+    ray_num_cpus: int | None = None,
+    command: str | None = None,
+) -> Results:
+    """Train and score every configuration of ``spec``; rows in configuration order.
+
+    ``backend="local"`` trains in this process and keeps the trained models
+    (``Results.result(...)``). ``backend="ray"`` runs each configuration as a Ray task (split
+    into groups of ``seeds_per_task`` seeds if given) on the cluster at ``ray_address`` or on a
+    local one of ``ray_num_cpus`` CPUs started here; only the rows come back.
+    """
+    if not isinstance(spec, Spec):
+        raise ValueError(f"spec={spec!r} is invalid; allowed: a Spec (e.g. a chapter's SPECS[name])")
+    check_run_options(backend, seeds_per_task, ray_address, ray_num_cpus)
+    start = time.perf_counter()
+    n_configs = len(spec.configurations())
+    trained: dict[int, TrainResult] = {}
+    if backend == "local":
+        parts = []
+        for i in range(n_configs):
+            rows, trained[i] = run_configuration(spec, i, progress=progress)
+            parts.append(rows)
+    else:
+        size = len(spec.seeds) if seeds_per_task is None else seeds_per_task
+        groups = [list(spec.seeds[i : i + size]) for i in range(0, len(spec.seeds), size)]
+        units = [(i, group) for i in range(n_configs) for group in groups]
+        parts = _ray_rows(spec, units, progress, ray_address, ray_num_cpus)
+    rows = [row for part in parts for row in part]
+    variants = ["raw", *spec.averagers]
+    rows.sort(key=lambda r: (r["config"], variants.index(r["variant"]), r["scale"], r["seed"]))
+    wall = time.perf_counter() - start
+    return Results(spec, rows, provenance(wall, command), trained)
+
+
+__all__ = ["BACKENDS", "EVALUATIONS", "RAY_ENV", "check_run_options", "register_evaluation", "run"]

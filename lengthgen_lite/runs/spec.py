@@ -1,0 +1,305 @@
+"""Experiment specs as data: what a chapter trains, validated before any training starts.
+
+A :class:`Config` is one configuration: one batched :func:`~lengthgen_lite.core.training.train`
+call (task, model, training). A :class:`Spec` is a named experiment (``"ch5/placements"``):
+its configurations, given as a grid (every combination of some fields over a base) and/or as
+a list, the seeds trained together, the averagers riding along, and what is evaluated (the
+logit scales, the test sequences). Every field is checked when the object is built; an unknown
+field name or a bad value is a ``ValueError`` naming the field and what is allowed.
+
+``Spec.with_overrides(seeds=..., steps=...)`` gives the bigger (or smaller) rerun of the same
+experiment; ``Spec.to_dict``/``from_dict`` round-trip it through JSON (``lengthgen-lite show``).
+``Spec.scale`` names the budget: ``"live"`` is what a notebook trains; ``"reference"`` is kept
+for the converged sweep of issue 19 (declared, not built here).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import json
+from dataclasses import dataclass, field
+from typing import Any, Mapping, Sequence, get_args
+
+from ..core.averaging import make_bema, make_ema
+from ..core.games import TicTacToe
+from ..core.languages import LANGUAGES, make_language
+from ..core.model import ModelConfig, NormKind, NormPlacement
+from ..core.tasks import SetComplement
+from ..core.training import AveragerFactory, Schedule, TargetKind, TrainConfig
+from ..core.validation import is_int, require_choice, require_int, require_ints, require_number
+
+GAMES = ("tictactoe",)
+TASKS: tuple[str, ...] = ("set_complement", *GAMES, *LANGUAGES)
+PLACEMENTS: tuple[str, ...] = get_args(NormPlacement)
+TARGETS: tuple[str, ...] = get_args(TargetKind)
+AVERAGERS = {"ema": make_ema, "bema": make_bema}  # name -> factory of its keyword options
+SCALES = ("live", "reference")  # issue 19: the notebook's budget, or the converged one
+
+
+def _fail(path: str, value: object, allowed: str) -> None:
+    raise ValueError(f"{path}={value!r} is invalid; allowed: {allowed}")
+
+
+def _check_keys(path: str, data: Mapping[str, Any], allowed: Sequence[str]) -> None:
+    for key in data:
+        if key not in allowed:
+            raise ValueError(f"{path} has unknown field {key!r}; allowed: {tuple(allowed)}")
+
+
+def _field_names(kind: type) -> tuple[str, ...]:
+    return tuple(f.name for f in dataclasses.fields(kind))
+
+
+@dataclass(frozen=True)
+class Setup:
+    """What a configuration's task is, built: the task, its length split and its sizes."""
+
+    task: Any  # SetComplement | TicTacToe | Language (the core.tasks.Task protocol)
+    train_length: int  # trains on lengths 1..train_length
+    test_length: int  # evaluated on lengths 1..test_length
+    vocab_size: int
+    n_outputs: int
+
+
+@dataclass(frozen=True)
+class Config:
+    """One configuration: the task, the model and the training of one batched ``train`` call.
+
+    Task fields: ``v`` is set complement's vocabulary, ``board`` and ``in_a_row`` the game's;
+    ``train_length`` and ``test_length`` None take the task's own (set complement: 4 and v - 1;
+    the game: 8 moves and the full board; a language: 16 and 48 symbols).
+    """
+
+    task: str = "set_complement"
+    v: int = 16
+    board: int = 4
+    in_a_row: int = 4
+    train_length: int | None = None
+    test_length: int | None = None
+    # the model (core.model.ModelConfig)
+    norm: str = "none"
+    d_model: int = 64
+    n_heads: int = 1
+    n_layers: int = 1
+    d_mlp: int = 0
+    norm_kind: str = "layernorm"
+    attn_dropout: float = 0.0
+    resid_dropout: float = 0.0
+    # training (core.training.TrainConfig); the warm-up is capped at half the steps
+    targets: str = "soft"
+    steps: int = 1000
+    batch: int = 128
+    lr: float = 3e-3
+    warmup: int = 100
+    schedule: str = "constant"
+    weight_decay: float = 0.0
+
+    def __post_init__(self) -> None:
+        require_choice("task", self.task, TASKS)
+        require_choice("norm", self.norm, PLACEMENTS)
+        require_choice("targets", self.targets, TARGETS)
+        require_choice("norm_kind", self.norm_kind, get_args(NormKind))
+        require_choice("schedule", self.schedule, get_args(Schedule))
+        for name in ("v", "board", "in_a_row", "d_model", "n_heads", "n_layers", "steps", "batch"):
+            require_int(name, getattr(self, name), 1)
+        for name in ("d_mlp", "warmup"):
+            require_int(name, getattr(self, name), 0)
+        for name in ("train_length", "test_length"):
+            if getattr(self, name) is not None:
+                require_int(name, getattr(self, name), 1)
+        for name in ("attn_dropout", "resid_dropout"):
+            require_number(name, getattr(self, name), 0.0, 1.0)
+        require_number("lr", self.lr, 0.0, strict=True)
+        require_number("weight_decay", self.weight_decay, 0.0)
+        setup = self.setup()  # the task's own checks (lengths in range)
+        if setup.test_length < setup.train_length:
+            _fail("test_length", self.test_length, f">= train_length={setup.train_length}")
+        self.model_config()  # ModelConfig's own checks (d_model % n_heads, ...)
+
+    def setup(self) -> Setup:
+        """Build the task with its length split."""
+        if self.task == "set_complement":
+            L = 4 if self.train_length is None else self.train_length
+            test = self.v - 1 if self.test_length is None else self.test_length
+            if test > self.v - 1:
+                _fail("test_length", test, f"a prefix length <= v - 1 = {self.v - 1}")
+            task = SetComplement(v=self.v, train_length=L)
+            return Setup(task, L, test, self.v, self.v)
+        if self.task == "tictactoe":
+            L = 8 if self.train_length is None else self.train_length
+            task = TicTacToe(n=self.board, k=self.in_a_row, train_length=L)
+            test = task.max_length if self.test_length is None else self.test_length
+            return Setup(task, L, test, task.vocab_size, task.n_outputs)
+        L = 16 if self.train_length is None else self.train_length
+        task = make_language(self.task, train_length=L)
+        test = 48 if self.test_length is None else self.test_length
+        return Setup(task, L, test, task.vocab_size, task.n_outputs)
+
+    def model_config(self) -> ModelConfig:
+        setup = self.setup()
+        n_outputs = None if self.task == "set_complement" else setup.n_outputs
+        return ModelConfig(
+            vocab_size=setup.vocab_size,
+            n_outputs=n_outputs,
+            d_model=self.d_model,
+            n_heads=self.n_heads,
+            n_layers=self.n_layers,
+            d_mlp=self.d_mlp,
+            norm=self.norm,  # type: ignore[arg-type]
+            norm_kind=self.norm_kind,  # type: ignore[arg-type]
+            attn_dropout=self.attn_dropout,
+            resid_dropout=self.resid_dropout,
+        )
+
+    def train_config(self) -> TrainConfig:
+        return TrainConfig(
+            steps=self.steps,
+            batch=self.batch,
+            lr=self.lr,
+            warmup=min(self.warmup, self.steps // 2),
+            schedule=self.schedule,  # type: ignore[arg-type]
+            weight_decay=self.weight_decay,
+            targets=self.targets,  # type: ignore[arg-type]
+        )
+
+    def label(self, keys: Sequence[str] | None = None) -> str:
+        """``task, norm=post, soft`` plus the fields in ``keys`` (a spec's varying ones)."""
+        extra = [k for k in (keys or ()) if k not in ("task", "norm", "targets")]
+        parts = [self.task, f"norm={self.norm}", self.targets]
+        return ", ".join(parts + [f"{k}={getattr(self, k)!r}" for k in extra])
+
+
+CONFIG_FIELDS = _field_names(Config)
+
+
+def _config(path: str, values: Mapping[str, Any]) -> Config:
+    if not isinstance(values, Mapping):
+        _fail(path, values, f"a mapping with fields drawn from {CONFIG_FIELDS}")
+    _check_keys(path, values, CONFIG_FIELDS)
+    try:
+        return Config(**values)
+    except ValueError as err:
+        raise ValueError(f"{path}: {err}") from None
+
+
+@dataclass(frozen=True)
+class Spec:
+    """A named experiment: configurations (``grid`` over ``base``, then ``configs``), seeds, averagers.
+
+    ``grid`` maps a :class:`Config` field to the values it takes; every combination (in the
+    grid's order, the last field varying fastest) is one configuration. ``configs`` lists more
+    configurations (each a mapping of fields over ``base``). ``steps`` None keeps each
+    configuration's own; an int overrides them all. ``averagers`` maps "ema"/"bema" to the
+    factory's options (``{"ema": {"beta": 0.99}}``). ``scales`` are the logit scales evaluated
+    (1.0 is the model as trained). ``n_test`` and ``eval_seed`` fix the test sequences.
+    """
+
+    name: str
+    grid: Mapping[str, Sequence[Any]] = field(default_factory=dict)
+    configs: Sequence[Mapping[str, Any]] = ()
+    base: Mapping[str, Any] = field(default_factory=dict)
+    seeds: Sequence[int] = (0, 1, 2)
+    steps: int | None = None
+    averagers: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    scales: Sequence[float] = (1.0,)
+    n_test: int = 2000
+    eval_seed: int = 0
+    scale: str = "live"
+    description: str = ""
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.name, str) or not self.name.strip():
+            _fail("name", self.name, "a non-empty string such as 'ch5/placements'")
+        grid = dict(self.grid)
+        _check_keys("grid", grid, CONFIG_FIELDS)
+        for key, values in grid.items():
+            if isinstance(values, str) or not isinstance(values, Sequence) or not values:
+                _fail(f"grid.{key}", values, "a non-empty list of values")
+            grid[key] = tuple(values)
+        object.__setattr__(self, "grid", grid)
+        object.__setattr__(self, "base", dict(self.base))
+        object.__setattr__(self, "configs", tuple(dict(c) for c in self.configs))
+        _check_keys("base", self.base, CONFIG_FIELDS)
+        seeds = require_ints("seeds", self.seeds, 0)
+        if len(set(seeds)) != len(seeds):
+            _fail("seeds", self.seeds, "distinct seeds (no duplicates)")
+        object.__setattr__(self, "seeds", seeds)
+        if self.steps is not None:
+            require_int("steps", self.steps, 1)
+        averagers = {name: dict(options) for name, options in dict(self.averagers).items()}
+        _check_keys("averagers", averagers, tuple(AVERAGERS))
+        object.__setattr__(self, "averagers", averagers)
+        self.averager_factories()  # the averagers' own checks (beta in (0, 1), ...)
+        scales = tuple(require_number("scales", c, 0.0, strict=True) for c in self.scales)
+        if 1.0 not in scales or len(set(scales)) != len(scales):
+            _fail("scales", self.scales, "distinct positive logit scales including 1.0")
+        object.__setattr__(self, "scales", scales)
+        require_int("n_test", self.n_test, 1)
+        require_int("eval_seed", self.eval_seed, 0)
+        require_choice("scale", self.scale, SCALES)
+        if not self.configurations():
+            _fail("configs", self.configs, "at least one configuration (a grid or a list)")
+
+    # --- the configurations ------------------------------------------------------------------
+    def configurations(self) -> list[Config]:
+        """Every configuration, in order: the grid's combinations, then the listed ones."""
+        listed = [dict(c) for c in self.configs]
+        keys = list(self.grid)
+        combos = [dict(zip(keys, values)) for values in itertools.product(*self.grid.values())]
+        if not keys and not listed:
+            combos = [{}]
+        elif not keys:
+            combos = []
+        steps = {} if self.steps is None else {"steps": self.steps}
+        out = []
+        for i, values in enumerate(combos + listed):
+            path = f"configs[{i - len(combos)}]" if i >= len(combos) else f"grid[{i}]"
+            out.append(_config(path, {**self.base, **values, **steps}))
+        return out
+
+    def varying(self) -> tuple[str, ...]:
+        """The config fields that differ between configurations (a results table's key columns)."""
+        configs = self.configurations()
+        return tuple(k for k in CONFIG_FIELDS if len({getattr(c, k) for c in configs}) > 1)
+
+    def averager_factories(self) -> dict[str, AveragerFactory]:
+        out = {}
+        for name, options in self.averagers.items():
+            try:
+                out[name] = AVERAGERS[name](**options)
+            except (TypeError, ValueError) as err:
+                raise ValueError(f"averagers.{name}={options!r} is invalid: {err}") from None
+        return out
+
+    # --- variants, reading and writing ----------------------------------------------------------
+    def with_overrides(self, **changes: Any) -> Spec:
+        """A copy with fields replaced (``seeds=range(20)``, ``steps=5000``), validated again.
+
+        ``seeds`` may be a count (seeds 0..N-1) or a list.
+        """
+        _check_keys("override", changes, _field_names(Spec))
+        if is_int(changes.get("seeds")):
+            changes["seeds"] = tuple(range(require_int("seeds", changes["seeds"], 1)))
+        return dataclasses.replace(self, **changes)
+
+    def reference(self) -> Spec:
+        """Issue 19's converged sweep of this experiment: not built yet."""
+        raise NotImplementedError("the reference scale (issue 19) is not built yet")
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain JSON-ready data; ``Spec.from_dict(spec.to_dict()) == spec``."""
+        data = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        return json.loads(json.dumps(data))
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Spec:
+        if not isinstance(data, Mapping):
+            _fail("spec", data, f"a mapping with fields drawn from {_field_names(cls)}")
+        _check_keys("spec", data, _field_names(cls))
+        if "name" not in data:
+            raise ValueError("spec.name is missing; allowed: a string such as 'ch5/placements'")
+        return cls(**data)
+
+
+__all__ = ["CONFIG_FIELDS", "PLACEMENTS", "SCALES", "TASKS", "Config", "Setup", "Spec"]
