@@ -1,23 +1,62 @@
-"""The command line: rerun a chapter's experiment from its config, bigger (``lengthgen-lite run``).
+"""The command line: list, show and rerun any chapter's experiment by name (``lengthgen-lite``).
 
-    lengthgen-lite run configs/ch5_post_norm.json --seeds 20 --steps 3000 --out ch5_big.json
-    python -m lengthgen_lite run configs/ch6_ema.json --backend ray --ray-address auto
+    lengthgen-lite list
+    lengthgen-lite show ch5/dropout                      # the spec as JSON
+    lengthgen-lite run ch7 --seeds 2 --steps 50          # a chapter name runs its first spec
+    lengthgen-lite run ch5/placements --seeds 20 --steps 5000 --backend ray --out ch5.json
 
-Overrides are applied to the config and the result is validated as a whole; any bad value ends
-the command before training with argparse's usage error (exit code 2) naming the field. On
-success the command writes the results file (:class:`~lengthgen_lite.experiments.Results`) and
-nothing else; the progress is the training loop's own bar, one per configuration.
+Layering: the command line imports :mod:`lengthgen_lite.runs` and nothing above it. The
+chapters' experiments are found at run time, as data: every ``chapters/chN_*.py`` whose source
+assigns a top-level ``SPECS`` is imported by name (:func:`discover`), and its ``SPECS`` read. So
+the static import graph stays ``cli -> runs -> core`` (checked by ``tests/test_package_rules.py``),
+a new chapter needs no registry edit, and modules without specs (chapter 4's pretrained models,
+which import transformers) are never loaded. Any bad name or value ends the command before
+training with argparse's usage error (exit code 2) saying what is allowed.
 """
 
 from __future__ import annotations
 
 import argparse
+import ast
+import importlib
 import json
 import pathlib
-from typing import Any, Sequence
+import sys
+from typing import Sequence
 
-from .experiments import BACKENDS, OVERRIDE_KEYS, ExperimentConfig, check_run_options, run_experiment
+from .runs import Spec, run
+from .runs.runner import BACKENDS, check_run_options
 
+CHAPTERS = pathlib.Path(__file__).resolve().parent / "chapters"
+
+
+def _declares_specs(path: pathlib.Path) -> bool:
+    for node in ast.parse(path.read_text()).body:
+        targets = node.targets if isinstance(node, ast.Assign) else [getattr(node, "target", None)]
+        if any(isinstance(t, ast.Name) and t.id == "SPECS" for t in targets):
+            return True
+    return False
+
+
+def discover() -> dict[str, Spec]:
+    """Every chapter's specs by name, in chapter order (see the module docstring)."""
+    specs: dict[str, Spec] = {}
+    for path in sorted(CHAPTERS.glob("ch[0-9]*_*.py"), key=lambda p: int(p.stem[2:].split("_")[0])):
+        if _declares_specs(path):
+            module = importlib.import_module(f"{__package__}.chapters.{path.stem}")
+            specs |= module.SPECS
+    return specs
+
+
+def resolve(name: str, specs: dict[str, Spec]) -> Spec:
+    """``ch5/dropout`` selects that spec; ``ch5`` the chapter's first (its default)."""
+    if name in specs:
+        return specs[name]
+    for key, spec in specs.items():
+        if key.split("/")[0] == name:
+            return spec
+    chapters = list(dict.fromkeys(key.split("/")[0] for key in specs))
+    raise ValueError(f"no experiment named {name!r}; allowed: a chapter {chapters} or one of {list(specs)}")
 
 
 def parse_seeds(text: str) -> list[int]:
@@ -33,77 +72,50 @@ def parse_seeds(text: str) -> list[int]:
     return list(range(count))
 
 
-def parse_lengths(text: str) -> list[int]:
-    """``"5-15"``: prefix lengths 5..15 (inclusive); ``"1,4,15"``: exactly those."""
-    try:
-        if "-" in text:
-            low, high = (int(part) for part in text.split("-"))
-            if low > high:
-                raise ValueError
-            return list(range(low, high + 1))
-        return [int(part) for part in text.split(",")]
-    except ValueError:
-        raise ValueError(f"--lengths={text!r} is invalid; allowed: a range a-b with a <= b (inclusive) or a comma list like 1,4,15") from None
-
-
-def parse_set(text: str) -> tuple[str, Any]:
-    """``train.lr=0.01``: the value is read as JSON (numbers, true/false, null, lists), else as a string."""
-    key, sep, raw = text.partition("=")
-    if not sep or key not in OVERRIDE_KEYS:
-        raise ValueError(f"--set {text!r} is invalid; allowed: KEY=VALUE with KEY one of {OVERRIDE_KEYS}")
-    try:
-        return key, json.loads(raw)
-    except json.JSONDecodeError:
-        return key, raw
-
-
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="lengthgen-lite", description="Rerun the book's experiments from a config file.")
+    parser = argparse.ArgumentParser(prog="lengthgen-lite", description="Rerun the book's experiments by name.")
     commands = parser.add_subparsers(dest="command", required=True)
-    run = commands.add_parser("run", help="train and score every configuration of CONFIG; write a results JSON file")
-    run.add_argument("config", metavar="CONFIG", help="a JSON config file, e.g. configs/ch5_post_norm.json")
-    run.add_argument("--seeds", help="N (seeds 0..N-1) or a comma list of seeds, e.g. 0,3,7")
-    run.add_argument("--steps", type=int, help="training steps (also caps the warm-up at this many steps)")
-    run.add_argument("--lengths", help="evaluation prefix lengths: a range a-b or a comma list (each in 1..v-1)")
-    run.add_argument("--placements", nargs="+", metavar="NORM", help="norm placements, e.g. none attn_out")
-    run.add_argument("--targets", nargs="+", metavar="KIND", help="target kinds: soft and/or sampled")
-    run.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", dest="updates",
-                     help="any other config field, e.g. task.v=24 or train.ema_beta=0.999 (repeatable)")
-    run.add_argument("--backend", choices=BACKENDS, default="local", help="in-process (default) or Ray tasks")
-    run.add_argument("--ray-address", help="an existing Ray cluster (e.g. auto); default: start a local one")
-    run.add_argument("--ray-cpus", type=int, help="CPUs of the local Ray cluster (default: all of this machine's)")
-    run.add_argument("--seeds-per-task", type=int, help="with --backend ray: split each configuration's seeds into groups this size")
-    run.add_argument("--out", default="results.json", help="results file (default: results.json)")
-    run.add_argument("--no-progress", action="store_true", help="no progress bars")
+    commands.add_parser("list", help="every chapter's experiments, with their sizes")
+    show = commands.add_parser("show", help="print an experiment's spec as JSON")
+    show.add_argument("name", metavar="NAME", help="a chapter (ch5) or an experiment (ch5/dropout)")
+    go = commands.add_parser("run", help="train and score an experiment; write a results JSON file")
+    go.add_argument("name", metavar="NAME", help="a chapter (ch7: its first experiment) or an experiment (ch5/dropout)")
+    go.add_argument("--seeds", help="N (seeds 0..N-1) or a comma list of seeds, e.g. 0,3,7")
+    go.add_argument("--steps", type=int, help="training steps of every configuration (warm-up capped at half)")
+    go.add_argument("--backend", choices=BACKENDS, default="local", help="in-process (default) or Ray tasks")
+    go.add_argument("--ray-address", help="an existing Ray cluster (e.g. auto); default: start a local one")
+    go.add_argument("--ray-cpus", type=int, help="CPUs of the local Ray cluster (default: all of this machine's)")
+    go.add_argument("--seeds-per-task", type=int, help="with --backend ray: split each configuration's seeds")
+    go.add_argument("--out", default="results.json", help="results file (default: results.json)")
+    go.add_argument("--no-progress", action="store_true", help="no progress bars")
     return parser
 
 
-def configure(args: argparse.Namespace) -> ExperimentConfig:
-    """The config file with the command line's overrides applied, validated (ValueError naming the field)."""
-    config = ExperimentConfig.load(args.config)
-    updates: dict[str, Any] = dict(parse_set(text) for text in args.updates)
-    if args.seeds is not None:
-        updates["seeds"] = parse_seeds(args.seeds)
-    if args.steps is not None:
-        updates["train.steps"] = args.steps
-        warmup = updates.get("train.warmup", config.train.warmup)
-        if isinstance(warmup, int) and args.steps >= 1:
-            updates["train.warmup"] = min(warmup, args.steps)
-    if args.lengths is not None:
-        updates["evaluation.lengths"] = parse_lengths(args.lengths)
-    if args.placements is not None:
-        updates["model.placements"] = args.placements
-    if args.targets is not None:
-        updates["train.targets"] = args.targets
-    return config.with_overrides(updates)
+def _list(specs: dict[str, Spec]) -> str:
+    lines = []
+    for name, spec in specs.items():
+        n = len(spec.configurations())
+        lines.append(f"{name:18} {n:3d} configurations x {len(spec.seeds)} seeds  {spec.description}")
+    return "\n".join(lines)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    ray_options = {"seeds_per_task": args.seeds_per_task, "ray_address": args.ray_address, "ray_num_cpus": args.ray_cpus}
+    specs = discover()
+    if args.command == "list":
+        print(_list(specs))
+        return 0
     try:  # every check before any training
-        config = configure(args)
+        spec = resolve(args.name, specs)
+        if args.command == "show":
+            print(json.dumps(spec.to_dict(), indent=1))
+            return 0
+        changes = {} if args.seeds is None else {"seeds": parse_seeds(args.seeds)}
+        if args.steps is not None:
+            changes["steps"] = args.steps
+        spec = spec.with_overrides(**changes)
+        ray_options = {"seeds_per_task": args.seeds_per_task, "ray_address": args.ray_address, "ray_num_cpus": args.ray_cpus}
         check_run_options(args.backend, **ray_options)
         if args.backend == "ray":
             import ray  # noqa: F401  (only to fail now, with a clear message, if it is missing)
@@ -115,6 +127,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error(str(err))  # exit code 2
     except ImportError:
         parser.error("--backend ray needs Ray, an optional extra: pip install 'lengthgen_lite[ray]'")
-    results = run_experiment(config, backend=args.backend, progress=not args.no_progress, **ray_options)
+    command = " ".join(["lengthgen-lite", *(sys.argv[1:] if argv is None else argv)])
+    results = run(spec, backend=args.backend, progress=not args.no_progress, command=command, **ray_options)
     results.save(out)
     return 0

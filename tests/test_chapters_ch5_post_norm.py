@@ -4,25 +4,32 @@ import numpy as np
 import pytest
 import torch
 
+from lengthgen_lite.chapters import ch5_post_norm as ch5
 from lengthgen_lite.chapters.ch5_post_norm import (
     OUTPUT_NORM,
     PLACEMENTS,
-    dropout_seed_values,
     frozen_divisor,
     gap_profile,
     growth,
-    per_seed,
-    run_placement,
-    seed_values,
-    summary_rows,
 )
 from lengthgen_lite.core.model import ModelConfig, Transformer
 from lengthgen_lite.core.seeding import seed_everything
+from lengthgen_lite.runs import run
+from lengthgen_lite.runs.scorecard import VERDICTS
+
+
+def _tiny(name, **changes):
+    return ch5.SPECS[name].with_overrides(seeds=[0, 1], steps=20, n_test=200, **changes)
 
 
 @pytest.fixture(scope="module")
-def short_runs():
-    return [run_placement(norm, "soft", seeds=[0, 1], steps=30, progress=False) for norm in ("none", "attn_out")]
+def placements():
+    return run(_tiny("ch5/placements"), progress=False)
+
+
+@pytest.fixture(scope="module")
+def dropout():
+    return run(_tiny("ch5/dropout"), progress=False)
 
 
 def test_placements_and_output_norms_match_the_model():
@@ -32,50 +39,43 @@ def test_placements_and_output_norms_match_the_model():
         assert isinstance(model.get_submodule(name).layer_norm, torch.nn.LayerNorm)
 
 
-def test_run_placement_trains_every_seed_and_scores_every_length(short_runs):
-    run = short_runs[1]
-    assert run.norm == "attn_out" and run.result.seeds == [0, 1] and run.result.loss.shape == (30, 2)
-    assert len(run.tables) == 2 and list(run.tables[0].s) == list(range(1, 16))
-    assert run.label == "norm=attn_out"
-    dropout = run_placement("none", "sampled", seeds=[0], steps=5, attn_dropout=0.1, progress=False)
-    assert dropout.label == "norm=none, attn_dropout=0.1"
-    assert dropout.result.models[0].cfg.attn_dropout == 0.1
+def test_specs_are_chapter_one_baseline_with_one_change():
+    placements = ch5.SPECS["ch5/placements"]
+    assert len(placements.configurations()) == 10 and placements.seeds == (0, 1, 2, 3, 4)
+    deeper = ch5.SPECS["ch5/deeper"].configurations()
+    assert [(c.norm, c.d_mlp, c.targets) for c in deeper] == [("post", 128, "sampled"), ("pre_final", 128, "sampled")]
+    dropout = ch5.SPECS["ch5/dropout"].configurations()
+    assert [(c.targets, c.attn_dropout, c.resid_dropout) for c in dropout][:2] == [("soft", 0.1, 0.0), ("soft", 0.3, 0.0)]
+    assert all(c.norm == "none" and c.steps == 1000 for c in dropout)
 
 
-def test_summary_rows_are_tidy(short_runs):
-    rows = summary_rows(short_runs)
-    assert len(rows) == 4 and {row["norm"] for row in rows} == {"none", "attn_out"}
-    table = short_runs[0].tables[1]
-    assert rows[1]["tv_train"] == pytest.approx(table.tv[:4].mean())
-    assert rows[1]["tv_beyond"] == pytest.approx(table.tv[4:].mean())
-    assert rows[1]["gap_longest"] == pytest.approx(table.logit_gap[-1])
-    np.testing.assert_allclose(seed_values(rows, "tv_longest", norm="none"), [t.tv[-1] for t in short_runs[0].tables])
+def test_readers_and_the_selector_agree(placements):
+    tv = placements.curves("tv", targets="soft", norm="attn_out")
+    np.testing.assert_allclose(ch5.per_seed(placements, "tv_beyond", "soft", "attn_out"), tv[:, 4:].mean(1))
+    assert set(ch5.curves(placements, "soft", "tv")) == set(PLACEMENTS)
+    rows = placements.summary(["tv_train", "tv_beyond"])
+    assert len(rows) == 20 and rows[0]["targets"] == "soft" and rows[0]["norm"] == "none"
 
 
-@pytest.mark.parametrize(
-    "kwargs, message",
-    [
-        (dict(norm="rms", targets="soft"), "norm='rms' is unknown"),
-        (dict(norm="none", targets="hard"), "targets='hard' is unknown"),
-        (dict(norm="none", targets="soft", attn_dropout=1.0), "attn_dropout must be in"),
-        (dict(norm="none", targets="soft", steps=0), "steps must be a positive int"),
-    ],
-)
-def test_run_placement_rejects_bad_input(kwargs, message):
-    with pytest.raises(ValueError, match=message):
-        run_placement(progress=False, **kwargs)
+def test_dropout_values_pair_each_rate_with_its_baseline(placements, dropout):
+    base = ch5.dropout_values(placements, dropout, "tv_train", "soft", "attn_dropout", 0.0)
+    np.testing.assert_allclose(base, placements.values("tv_train", targets="soft", norm="none"))
+    with_p = ch5.dropout_values(placements, dropout, "tv_train", "soft", "attn_dropout", 0.3)
+    np.testing.assert_allclose(with_p, dropout.values("tv_train", targets="soft", attn_dropout=0.3))
+    assert ch5.dropout_changes(placements, dropout).shape == (len(ch5.DROPOUT), 2)
+    rows = ch5.dropout_rows(placements, dropout, ["tv_beyond"])
+    assert [r["targets"] for r in rows] == ["soft"] * 10 + ["sampled"] * 6
+    with pytest.raises(ValueError, match="unknown kind 'mlp_dropout'"):
+        ch5.dropout_values(placements, dropout, "tv_train", "soft", "mlp_dropout", 0.1)
 
 
-def test_summary_and_seed_values_reject_bad_input(short_runs):
-    with pytest.raises(ValueError, match="at least one PlacementRun"):
-        summary_rows([])
-    with pytest.raises(ValueError, match="train_length must be an int in 1..14"):
-        summary_rows(short_runs, train_length=15)
-    rows = summary_rows(short_runs)
-    with pytest.raises(ValueError, match="no row matches"):
-        seed_values(rows, "tv_train", norm="post")
-    with pytest.raises(ValueError, match="column 'accuracy' is unknown"):
-        seed_values(rows, "accuracy", norm="none")
+def test_scorecard_rows(placements, dropout):
+    profiles = ch5.profiles(placements, n_sequences=50)
+    claims = ch5.scorecard(placements, profiles, dropout)
+    assert [c.key for c in claims] == ["ch5-score-postnorm", "ch5-score-resharpen", "ch5-score-dropout"]
+    assert all(c.verdict in VERDICTS for c in claims)
+    assert "mean TV at s = 5..15, 2 seeds" in claims[0].number and "in all 20 models" in claims[1].number
+    assert ch5.relative(profiles, "soft", "post", "gap")[:, 0].tolist() == [1.0, 1.0]
 
 
 def test_frozen_divisor_is_a_layernorm_with_a_constant_std():
@@ -139,31 +139,6 @@ def test_stack_profile():
         stack_profile(profiles, "tv")
 
 
-def test_per_seed_reads_one_placement_without_dropout(short_runs):
-    dropout = run_placement("none", "soft", seeds=[0, 1], steps=5, resid_dropout=0.1, progress=False)
-    rows = summary_rows([*short_runs, dropout])
-    values = per_seed(rows, "tv_beyond", "soft", "none")
-    np.testing.assert_allclose(values, [t.tv[4:].mean() for t in short_runs[0].tables])  # not the dropout rows
-    assert rows[0]["n_layers"] == 1 and rows[0]["d_mlp"] == 0
-    with pytest.raises(ValueError, match="no row matches"):
-        per_seed(rows, "tv_beyond", "sampled", "none")
-
-
-def test_dropout_seed_values_pairs_each_rate_with_its_baseline(short_runs):
-    dropout = run_placement("none", "soft", seeds=[0, 1], steps=5, attn_dropout=0.3, progress=False)
-    rows = summary_rows([*short_runs, dropout])
-    np.testing.assert_allclose(
-        dropout_seed_values(rows, "tv_train", "soft", "attn_dropout", 0.3), [t.tv[:4].mean() for t in dropout.tables]
-    )
-    np.testing.assert_allclose(
-        dropout_seed_values(rows, "tv_train", "soft", "resid_dropout", 0.0), [t.tv[:4].mean() for t in short_runs[0].tables]
-    )
-    with pytest.raises(ValueError, match="kind='mlp_dropout' is unknown"):
-        dropout_seed_values(rows, "tv_train", "soft", "mlp_dropout", 0.1)
-    with pytest.raises(ValueError, match="no row matches"):
-        dropout_seed_values(rows, "tv_train", "soft", "attn_dropout", 0.1)
-
-
 def test_growth_is_one_for_the_one_over_s_law():
     seed_everything(4)
     profile = gap_profile(Transformer(ModelConfig(vocab_size=8, d_model=16)).eval(), n_sequences=20)
@@ -175,12 +150,3 @@ def test_growth_is_one_for_the_one_over_s_law():
         growth([])
     with pytest.raises(ValueError, match="field 'tv' is unknown"):
         growth([law], "tv")
-
-
-def test_run_placement_builds_a_deeper_model():
-    run = run_placement("post", "sampled", seeds=[0], steps=3, d_mlp=32, progress=False)
-    assert run.label == "norm=post, d_mlp=32" and run.result.models[0].cfg.d_mlp == 32
-    assert summary_rows([run])[0]["d_mlp"] == 32
-    assert run_placement("pre", "soft", seeds=[0], steps=2, n_layers=2, progress=False).label == "norm=pre, layers=2"
-    with pytest.raises(ValueError, match="d_mlp must be an int >= 0"):
-        run_placement("post", "soft", seeds=[0], steps=2, d_mlp=-1, progress=False)

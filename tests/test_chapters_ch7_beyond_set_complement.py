@@ -2,27 +2,27 @@ import numpy as np
 import pytest
 import torch
 
+from lengthgen_lite.chapters import ch7_beyond_set_complement as ch7
 from lengthgen_lite.chapters.ch7_beyond_set_complement import (
     CURVE_FIELDS,
     PLACEMENTS,
     TASKS,
-    RunSpec,
     evaluate_lengths,
     full_length_example,
     make_test_batch,
     predictions,
-    run_spec,
-    seed_values,
-    summary_rows,
     task_setup,
 )
 from lengthgen_lite.core.model import ModelConfig, Transformer
 from lengthgen_lite.core.seeding import seed_everything
+from lengthgen_lite.runs import run
+from lengthgen_lite.runs.scorecard import VERDICTS
 
 
 @pytest.fixture(scope="module")
-def tiny_runs():
-    return [run_spec(RunSpec(task, "attn_out", "sampled"), seeds=[0, 1], steps=3, n_test=40, progress=False) for task in ("tictactoe", "anbn")]
+def tiny():
+    """The chapter's spec on 2 seeds, 3 steps, 40 test sequences: every configuration."""
+    return run(ch7.SPECS["ch7/placements"].with_overrides(seeds=[0, 1], steps=3, n_test=40), progress=False)
 
 
 def test_every_task_has_a_setup_with_test_lengths_past_training():
@@ -32,27 +32,36 @@ def test_every_task_has_a_setup_with_test_lengths_past_training():
         assert setup.task.train_sizes() == (setup.train_length,)
 
 
-def test_run_shapes_on_a_tiny_config(tiny_runs):
-    game, language = tiny_runs
-    assert game.result.loss.shape == (3, 2) and set(game.curves) == {"raw", "ema"}
-    curves = game.curves["ema"]
-    assert list(curves.s) == list(range(1, 17)) and curves.share_single.shape == (16,)
-    for field in CURVE_FIELDS:
-        assert getattr(curves, field).shape == (2, 16)
-    assert language.curves["raw"].tv.shape == (2, 48)
-    assert game.mean("tv", "ema", "train").shape == (2,)
-    assert curves.share_single[0] == 0 and curves.share_single[-1] == 1  # board full: END only
+def test_the_spec_is_the_chapters_table():
+    configs = ch7.SPECS["ch7/placements"].configurations()
+    assert len(configs) == 4 * (2 + 2 + 1 + 1)  # placements x (task, target kind)
+    for config in configs:
+        setup = task_setup(config.task)
+        assert (config.d_model, config.steps, config.batch) == (setup.d_model, setup.steps, 64)
+        got = config.setup()
+        assert (got.train_length, got.test_length) == (setup.train_length, setup.test_length)
+        assert config.train_config().warmup == 50
 
 
-def test_summary_rows_and_seed_values(tiny_runs):
-    rows = summary_rows(tiny_runs)
-    assert len(rows) == 2 * 2 * 2  # runs x variants x seeds
-    got = seed_values(rows, "tv_beyond", task="anbn", variant="ema")
-    np.testing.assert_allclose(got, tiny_runs[1].mean("tv", "ema", "beyond"))
-    with pytest.raises(ValueError, match="no row matches"):
-        seed_values(rows, "tv_beyond", task="unlock")
-    with pytest.raises(ValueError, match="column 'tv' is unknown"):
-        seed_values(rows, "tv", task="anbn")
+def test_results_shapes_on_a_tiny_run(tiny):
+    game = tiny.curves("tv", task="tictactoe", targets="sampled", norm="attn_out", variant="ema")
+    assert game.shape == (2, 16) and tiny.curves("tv", task="anbn", targets="soft", norm="none").shape == (2, 48)
+    share = tiny.curves("share_single", task="tictactoe", targets="soft", norm="none")[0]
+    assert share[0] == 0 and share[-1] == 1  # board full: END only
+    assert set(CURVE_FIELDS) <= set(tiny.metrics)
+    assert tiny.result(task="tictactoe", targets="soft", norm="pre").loss.shape == (3, 2)
+
+
+def test_readers_and_scorecard(tiny):
+    values = ch7.per_seed(tiny, "tv_beyond", "anbn", "soft", "post", "ema")
+    np.testing.assert_allclose(values, tiny.curves("tv", task="anbn", targets="soft", norm="post", variant="ema")[:, 16:].mean(1))
+    assert set(ch7.curves(tiny, "tictactoe", "soft", "tv")) == set(PLACEMENTS)
+    gains = ch7.ema_gains(tiny)
+    assert len(gains) == 2 * 2 * 4 and gains["anbn", "sampled", "pre"].shape == (2,)
+    claims = ch7.scorecard(tiny)
+    assert [c.key for c in claims] == ["ch7-score-game", "ch7-score-game-ema", "ch7-score-languages"]
+    assert all(c.verdict in VERDICTS for c in claims) and "2 seeds" in claims[0].number
+    assert ch7.tv_text(tiny, "anbn", "soft").startswith("none ")
 
 
 def test_evaluation_of_a_perfect_predictor_is_zero():
@@ -88,32 +97,9 @@ def test_predictions_and_full_length_example():
         full_length_example(make_test_batch(task_setup("anbn"), n_sequences=1))
 
 
-@pytest.mark.parametrize(
-    "kwargs, message",
-    [
-        (dict(task="othello"), "task='othello' is unknown"),
-        (dict(norm="pre_final"), "not one of this chapter's placements"),
-        (dict(targets="hard"), "targets='hard' is unknown"),
-    ],
-)
-def test_bad_specs_raise(kwargs, message):
-    with pytest.raises(ValueError, match=message):
-        RunSpec(**kwargs)
-
-
-def test_bad_runner_input_raises(tiny_runs):
+def test_bad_input_raises():
     with pytest.raises(ValueError, match="task name='chess' is unknown"):
         task_setup("chess")
-    with pytest.raises(ValueError, match="steps must be a positive int"):
-        run_spec(RunSpec(), seeds=[0], steps=0, progress=False)
-    with pytest.raises(ValueError, match="variant 'bema' is unknown"):
-        tiny_runs[0].mean("tv", "bema")
-    with pytest.raises(ValueError, match="field 'kl' is unknown"):
-        tiny_runs[0].mean("kl")
-    with pytest.raises(ValueError, match="lengths='all' is unknown"):
-        tiny_runs[0].mean("tv", lengths="all")
     with pytest.raises(ValueError, match="models must hold"):
         evaluate_lengths([], make_test_batch(task_setup("anbn"), n_sequences=2))
-    with pytest.raises(ValueError, match="runs must hold"):
-        summary_rows([])
     assert PLACEMENTS == ("none", "pre", "post", "attn_out")

@@ -1,5 +1,4 @@
 import importlib
-import json
 import pathlib
 import subprocess
 import sys
@@ -7,69 +6,73 @@ import tomllib
 
 import pytest
 
-from lengthgen_lite.cli import main, parse_lengths, parse_seeds
-from lengthgen_lite.experiments import Results
+from lengthgen_lite import cli
+from lengthgen_lite.cli import discover, main, parse_seeds, resolve
+from lengthgen_lite.runs import Results
 
-from tiny_experiment import TINY
+from tiny_experiment import tiny_spec
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture
-def tiny_config(tmp_path) -> pathlib.Path:
-    path = tmp_path / "tiny.json"
-    path.write_text(json.dumps(TINY))
-    return path
+def tiny(monkeypatch):
+    """The command line with one more experiment, tiny/placements, beside the chapters'."""
+    specs = discover() | {"tiny/placements": tiny_spec()}
+    monkeypatch.setattr(cli, "discover", lambda: specs)
+    return specs
 
 
-def test_parse_seeds_and_lengths():
+def test_parse_seeds():
     assert parse_seeds("3") == [0, 1, 2] and parse_seeds("4,9") == [4, 9]
-    assert parse_lengths("2-4") == [2, 3, 4] and parse_lengths("1,5") == [1, 5] and parse_lengths("3") == [3]
 
 
-def test_run_with_overrides(tiny_config, tmp_path):
+def test_every_chapter_with_experiments_is_discovered():
+    specs = discover()
+    assert {name.split("/")[0] for name in specs} == {"ch1", "ch5", "ch6", "ch7"}
+    assert all(spec.name == name for name, spec in specs.items())
+    assert resolve("ch5", specs) is specs["ch5/placements"]  # a chapter runs its first spec
+    assert resolve("ch5/dropout", specs) is specs["ch5/dropout"]
+
+
+def test_list_and_show(capsys):
+    assert main(["list"]) == 0
+    out = capsys.readouterr().out
+    for name in ("ch1/baseline", "ch5/dropout", "ch6/search", "ch7/placements"):
+        assert name in out
+    assert main(["show", "ch5/dropout"]) == 0
+    assert '"name": "ch5/dropout"' in capsys.readouterr().out
+
+
+def test_run_with_overrides(tiny, tmp_path):
     out = tmp_path / "sub" / "results.json"
-    argv = ["run", str(tiny_config), "--seeds", "3", "--steps", "4", "--lengths", "2-4", "--placements", "post",
-            "--set", "train.ema_beta=null", "--out", str(out), "--no-progress"]
-    assert main(argv) == 0
+    assert main(["run", "tiny", "--seeds", "3", "--steps", "4", "--out", str(out), "--no-progress"]) == 0
     results = Results.load(out)
-    config = results.config
-    assert config.seeds == (0, 1, 2) and config.train.steps == 4 and config.train.warmup == 4  # warm-up capped
-    assert config.model.placements == ("post",) and config.train.ema_beta is None
-    assert {r["variant"] for r in results.rows} == {"raw"} and list(results.lengths) == [2, 3, 4]
-    assert results.array("tv").shape == (3, 3)
+    assert results.spec.seeds == (0, 1, 2) and {c.steps for c in results.configs} == {4}
+    assert results.configs[0].train_config().warmup == 2  # warm-up capped at half the steps
+    assert results.values("tv_beyond", norm="none").shape == (3,)
+    assert results.provenance["command"].startswith("lengthgen-lite run tiny --seeds 3")
 
 
-# (arguments after CONFIG, substrings of the error: the option or field and the bad value)
+# (arguments after NAME, substrings of the error: the option or field and the bad value)
 BAD_ARGS = [
     (["--seeds", "abc"], ["--seeds='abc'", "comma list"]),
     (["--seeds", "0"], ["--seeds='0'", "N >= 1"]),
     (["--seeds", "1,1"], ["seeds=[1, 1]", "distinct"]),
-    (["--seeds", "0,-3"], ["seeds[1]=-3"]),
-    (["--steps", "-1"], ["steps must be a positive int, got -1"]),
+    (["--seeds", "0,-3"], ["seeds must be a non-empty sequence of integers >= 0"]),
+    (["--steps", "-1"], ["steps must be an integer >= 1, got -1"]),
     (["--steps", "many"], ["--steps", "invalid int value: 'many'"]),
-    (["--lengths", "5-2"], ["--lengths='5-2'", "a <= b"]),
-    (["--lengths", "1-9"], ["evaluation.lengths[5]=6", "1..5"]),
-    (["--lengths", "0-3"], ["evaluation.lengths[0]=0"]),
-    (["--placements", "none", "postt"], ["model.placements[1]='postt'", "attn_out"]),
-    (["--targets", "hard"], ["train.targets[0]='hard'", "soft"]),
-    (["--set", "train.lr=-1"], ["lr must be positive, got -1"]),
-    (["--set", "task.v=3"], ["1..v-1 = 1..2", "train_length=3"]),
-    (["--set", "model.n_heads=3"], ["d_model=16", "n_heads=3"]),
-    (["--set", "train.ema_beta=2"], ["train.ema_beta", "got 2"]),
-    (["--set", "optimizer=adam"], ["--set 'optimizer=adam'", "train.lr"]),
-    (["--set", "train.lr"], ["--set 'train.lr'", "KEY=VALUE"]),
     (["--backend", "dask"], ["--backend", "invalid choice: 'dask'"]),
     (["--seeds-per-task", "2"], ["seeds_per_task=2", "backend='local'"]),
-    (["--backend", "ray", "--ray-cpus", "0"], ["ray_num_cpus=0", "int >= 1"]),
+    (["--backend", "ray", "--ray-cpus", "0"], ["ray_num_cpus must be an integer >= 1"]),
 ]
 
 
 @pytest.mark.parametrize("extra, expected", BAD_ARGS, ids=[" ".join(a) for a, _ in BAD_ARGS])
-def test_bad_input_exits_2_with_the_message(tiny_config, tmp_path, capsys, extra, expected):
+def test_bad_input_exits_2_with_the_message(tiny, tmp_path, capsys, extra, expected):
     out = tmp_path / "results.json"
     with pytest.raises(SystemExit) as info:
-        main(["run", str(tiny_config), "--out", str(out), "--no-progress", *extra])
+        main(["run", "tiny", "--out", str(out), "--no-progress", *extra])
     assert info.value.code == 2
     err = capsys.readouterr().err
     for text in expected:
@@ -77,14 +80,12 @@ def test_bad_input_exits_2_with_the_message(tiny_config, tmp_path, capsys, extra
     assert not out.exists()  # nothing trained, nothing written
 
 
-def test_bad_files_exit_2(tmp_path, tiny_config, capsys):
-    broken = tmp_path / "broken.json"
-    broken.write_text("{")
+def test_bad_names_exit_2(tmp_path, tiny, capsys):
     cases = [
-        (["run", str(tmp_path / "missing.json")], "missing.json' does not exist"),
-        (["run", str(broken)], "is not valid JSON"),
-        (["run", str(tiny_config), "--out", str(tmp_path)], "is a directory"),
-        (["run"], "the following arguments are required: CONFIG"),
+        (["run", "ch9"], "no experiment named 'ch9'; allowed: a chapter ['ch1', 'ch5', 'ch6', 'ch7'"),
+        (["show", "ch5/dropin"], "'ch5/dropout'"),
+        (["run", "tiny", "--out", str(tmp_path)], "is a directory"),
+        (["run"], "the following arguments are required: NAME"),
         ([], "the following arguments are required: command"),
     ]
     for argv, expected in cases:
@@ -94,22 +95,22 @@ def test_bad_files_exit_2(tmp_path, tiny_config, capsys):
         assert expected in capsys.readouterr().err
 
 
-def test_ray_backend_without_ray_exits_2(tiny_config, monkeypatch, capsys):
+def test_ray_backend_without_ray_exits_2(tiny, monkeypatch, capsys):
     monkeypatch.setitem(sys.modules, "ray", None)  # import ray now raises ImportError
     with pytest.raises(SystemExit) as info:
-        main(["run", str(tiny_config), "--backend", "ray"])
+        main(["run", "tiny", "--backend", "ray"])
     assert info.value.code == 2
     assert "pip install 'lengthgen_lite[ray]'" in capsys.readouterr().err
 
 
-def test_module_entry_point_in_a_subprocess(tiny_config):
+def test_module_entry_point_in_a_subprocess():
     # python -m lengthgen_lite: bad input is an argparse error, exit code 2, message on stderr
     done = subprocess.run(
-        [sys.executable, "-m", "lengthgen_lite", "run", str(tiny_config), "--set", "task.v=1"],
+        [sys.executable, "-m", "lengthgen_lite", "run", "ch7", "--steps", "0"],
         capture_output=True, text=True, cwd=ROOT,
     )
     assert done.returncode == 2
-    assert "lengthgen-lite: error: task: vocabulary size v must be an int >= 2, got 1" in done.stderr
+    assert "lengthgen-lite: error: steps must be an integer >= 1, got 0" in done.stderr
     assert done.stdout == ""
 
 

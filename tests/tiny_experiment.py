@@ -1,11 +1,18 @@
-"""The tiny experiment every CLI and experiment test runs: v = 6, 30 steps, 2 seeds, two placements,
-EMA riding along (seconds, not minutes)."""
+"""The tiny experiment every runs/CLI test trains: v = 6, 30 steps, 2 seeds, two placements,
+EMA riding along, two logit scales (seconds, not minutes)."""
 
-TINY = {
-    "name": "tiny",
-    "seeds": [0, 1],
-    "task": {"name": "set_complement", "v": 6, "train_length": 3},
-    "model": {"placements": ["none", "attn_out"], "d_model": 16},
-    "train": {"steps": 30, "warmup": 5, "targets": ["sampled"], "ema_beta": 0.9},
-    "evaluation": {"n_sequences": 200},
-}
+from lengthgen_lite.runs import Spec
+
+TINY = dict(
+    name="tiny/placements",
+    grid={"norm": ("none", "attn_out")},
+    base={"v": 6, "train_length": 3, "d_model": 16, "steps": 30, "warmup": 5, "targets": "sampled"},
+    seeds=(0, 1),
+    averagers={"ema": {"beta": 0.9}},
+    scales=(1.0, 2.0),
+    n_test=200,
+)
+
+
+def tiny_spec(**changes) -> Spec:
+    return Spec(**(TINY | changes))

@@ -14,12 +14,25 @@ from typing import Sequence
 from ..core.model import ModelConfig, NormPlacement
 from ..core.tasks import SetComplement
 from ..core.training import TargetKind, TrainConfig, TrainResult, train
+from ..runs import Spec
 
 V = 16
 TRAIN_LENGTH = 4
 D_MODEL = 64
 STEPS = 1000
 SEEDS = (0, 1, 2, 3, 4)
+# the baseline as spec fields: every later chapter's spec starts from it
+BASELINE = {"v": V, "train_length": TRAIN_LENGTH, "d_model": D_MODEL, "steps": STEPS}
+
+SPECS: dict[str, Spec] = {
+    "ch1/baseline": Spec(
+        name="ch1/baseline",
+        description="the baseline on set complement, soft and sampled targets, no norm",
+        grid={"targets": ("soft", "sampled")},
+        base=BASELINE,
+        seeds=SEEDS,
+    )
+}
 
 
 def baseline_setup(

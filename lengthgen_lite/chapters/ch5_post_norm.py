@@ -1,9 +1,10 @@
-"""Norm placements on set complement: a runner, a tidy summary, and what the output norm does.
-Chapter 5.
+"""Norm placements on set complement: the chapter's specs, its scorecard, and what the output norm
+does. Chapter 5.
 
-Every run is the chapter-1 baseline (:mod:`~lengthgen_lite.chapters.ch1_set_complement`) with only the norm placement
-(and, for the first paper version's remedy, dropout) changed; a configuration's seeds train in one
-batched :func:`~lengthgen_lite.core.training.train` call.
+Every run is the chapter-1 baseline (:mod:`~lengthgen_lite.chapters.ch1_set_complement`) with only
+the norm placement (and, for the first paper version's remedy, dropout or an MLP) changed,
+declared in ``SPECS`` and trained by :func:`lengthgen_lite.runs.run` (a configuration's seeds in
+one batched call); the readers below take its ``Results``.
 
 The mechanism measurements ask one question: is the gap kept by a sharper attention pattern, or
 by the norm dividing a still-uniform average by its shrinking spread? :func:`gap_profile` records
@@ -12,9 +13,9 @@ both, and re-runs the model with the norm's divisor frozen to a constant (:func:
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import get_args
 
 import numpy as np
@@ -22,12 +23,13 @@ import torch
 from torch import Tensor, nn
 
 from ..core import metrics
-from ..core.evaluation import LengthTable, evaluate_seeds, seed_values
 from ..core.model import NormPlacement, run_with_cache
 from ..core.seeding import make_generator
 from ..core.tasks import sample_sequences, seen_mask
-from ..core.training import TargetKind, TrainResult, train
-from .ch1_set_complement import SEEDS, TRAIN_LENGTH, baseline_setup
+from ..core.validation import require_choice
+from ..runs import Results, Spec
+from ..runs.scorecard import Claim, verdict
+from .ch1_set_complement import BASELINE, SEEDS, TRAIN_LENGTH
 
 PLACEMENTS: tuple[str, ...] = get_args(NormPlacement)
 
@@ -36,119 +38,10 @@ PLACEMENTS: tuple[str, ...] = get_args(NormPlacement)
 OUTPUT_NORM: dict[str, str] = {"post": "blocks.0.ln1", "pre_final": "ln_final", "attn_out": "blocks.0.ln_attn_out"}
 
 
-@dataclass
-class PlacementRun:
-    """One configuration trained over several seeds, scored at every prefix length."""
-
-    norm: str
-    targets: str
-    attn_dropout: float
-    resid_dropout: float
-    result: TrainResult  # .models: one trained model per seed
-    tables: list[LengthTable]  # one per seed, on the same test sequences
-    n_layers: int = 1
-    d_mlp: int = 0
-
-    @property
-    def label(self) -> str:
-        """``norm=post``, plus the dropout rates and a deeper model's size when they differ from the baseline."""
-        return _label(self.norm, self.attn_dropout, self.resid_dropout, self.n_layers, self.d_mlp)
-
-
-def _label(norm: str, attn_dropout: float, resid_dropout: float, n_layers: int = 1, d_mlp: int = 0) -> str:
-    extras = (("attn_dropout", attn_dropout), ("resid_dropout", resid_dropout))
-    parts = [f"norm={norm}", *(f"{name}={p:g}" for name, p in extras if p)]
-    if n_layers != 1:
-        parts.append(f"layers={n_layers}")
-    if d_mlp:
-        parts.append(f"d_mlp={d_mlp}")
-    return ", ".join(parts)
-
-
-def run_placement(
-    norm: str,
-    targets: TargetKind,
-    seeds: Sequence[int] = SEEDS,
-    *,
-    attn_dropout: float = 0.0,
-    resid_dropout: float = 0.0,
-    n_layers: int = 1,
-    d_mlp: int = 0,
-    steps: int | None = None,
-    progress: bool = True,
-) -> PlacementRun:
-    """Train the chapter-1 baseline with this norm placement (and dropout) on every seed at once.
-
-    ``n_layers`` and ``d_mlp`` make the model deeper (the baseline: one attention-only layer), to
-    show where ``post`` and ``pre_final`` stop being nearly the same model. ``steps`` overrides the
-    baseline's number of training steps (None: keep it).
-    """
-    task, model_cfg, train_cfg = baseline_setup(targets, norm)  # validates norm and targets
-    model_cfg = replace(  # validates rates and sizes
-        model_cfg, attn_dropout=attn_dropout, resid_dropout=resid_dropout, n_layers=n_layers, d_mlp=d_mlp
-    )
-    if steps is not None:
-        if not isinstance(steps, int) or isinstance(steps, bool) or steps < 1:
-            raise ValueError(f"steps must be a positive int or None (the baseline's), got {steps!r}")
-        train_cfg = replace(train_cfg, steps=steps, warmup=min(train_cfg.warmup, steps))
-    desc = f"{targets} targets, {_label(norm, attn_dropout, resid_dropout, n_layers, d_mlp)}"
-    result = train(model_cfg, task, train_cfg, seeds, progress=progress, desc=desc)
-    tables = evaluate_seeds(result.models, task.v)
-    return PlacementRun(norm, targets, attn_dropout, resid_dropout, result, tables, n_layers, d_mlp)
-
-
 def _length_ranges(s: np.ndarray, train_length: int) -> tuple[np.ndarray, np.ndarray]:
     if not isinstance(train_length, int) or not 1 <= train_length < int(s.max()):
         raise ValueError(f"train_length must be an int in 1..{int(s.max()) - 1} (some longer s must remain), got {train_length!r}")
     return s <= train_length, s > train_length
-
-
-def summary_rows(runs: Sequence[PlacementRun], train_length: int = TRAIN_LENGTH) -> list[dict[str, object]]:
-    """One tidy row per (run, seed): TV at the training lengths and beyond, invalid mass beyond,
-    TV at the longest length, and the logit gap at s = 1 and at the longest s."""
-    if not runs:
-        raise ValueError("runs must hold at least one PlacementRun")
-    rows = []
-    for run in runs:
-        for seed, table in zip(run.result.seeds, run.tables):
-            inside, beyond = _length_ranges(table.s, train_length)
-            rows.append(
-                {
-                    "norm": run.norm,
-                    "targets": run.targets,
-                    "attn_dropout": run.attn_dropout,
-                    "resid_dropout": run.resid_dropout,
-                    "n_layers": run.n_layers,
-                    "d_mlp": run.d_mlp,
-                    "seed": seed,
-                    "tv_train": float(table.tv[inside].mean()),
-                    "tv_beyond": float(table.tv[beyond].mean()),
-                    "invalid_beyond": float(table.invalid_mass[beyond].mean()),
-                    "tv_longest": float(table.tv[-1]),
-                    "gap_first": float(table.logit_gap[0]),
-                    "gap_longest": float(table.logit_gap[-1]),
-                }
-            )
-    return rows
-
-
-def per_seed(rows: Sequence[dict[str, object]], column: str, targets: str, norm: str) -> np.ndarray:
-    """``column`` for one placement and target kind, without dropout, one value per seed (seed order)."""
-    return seed_values(rows, column, targets=targets, norm=norm, attn_dropout=0.0, resid_dropout=0.0)
-
-
-DROPOUT_KINDS = ("attn_dropout", "resid_dropout")
-
-
-def dropout_seed_values(rows: Sequence[dict[str, object]], column: str, targets: str, kind: str, p: float) -> np.ndarray:
-    """``column`` of the no-norm runs with dropout ``kind`` at rate ``p`` and the other kind off, per seed.
-
-    ``p = 0`` selects the no-dropout baseline, so a comparison reads the same rows for both sides.
-    """
-    if kind not in DROPOUT_KINDS:
-        raise ValueError(f"kind={kind!r} is unknown; allowed: {DROPOUT_KINDS}")
-    rates = {"attn_dropout": 0.0, "resid_dropout": 0.0, kind: float(p)}
-    return seed_values(rows, column, targets=targets, norm="none", **rates)
 
 
 @contextmanager
@@ -248,3 +141,178 @@ def growth(profiles: Sequence[GapProfile], field: str = "gap") -> np.ndarray:
     stacked = stack_profile(profiles, field)  # [K, len(s)]; validates profiles and field
     scaled = profiles[0].s * stacked
     return scaled[:, -1] / scaled[:, 0]
+
+
+# --- the chapter's experiments, declared as data ---------------------------------------------------
+
+TARGETS = ("soft", "sampled")
+DROPOUT_KINDS = ("attn_dropout", "resid_dropout")
+# (target kind, dropout kind, rate) on the model without a norm: the first paper version's remedy
+DROPOUT = (
+    ("soft", "attn_dropout", 0.1),
+    ("soft", "attn_dropout", 0.3),
+    ("soft", "resid_dropout", 0.1),
+    ("soft", "resid_dropout", 0.3),
+    ("sampled", "attn_dropout", 0.1),
+    ("sampled", "resid_dropout", 0.1),
+)
+SMALL_SEEDS = (0, 1, 2)  # the deeper model and dropout: the first three seeds of the baseline's
+
+SPECS: dict[str, Spec] = {
+    "ch5/placements": Spec(
+        name="ch5/placements",
+        description="every norm placement on chapter 1's baseline, soft and sampled targets",
+        grid={"targets": TARGETS, "norm": PLACEMENTS},
+        base=BASELINE,
+        seeds=SEEDS,
+    ),
+    "ch5/deeper": Spec(
+        name="ch5/deeper",
+        description="post against pre_final with an MLP (d_mlp = 128), sampled targets",
+        grid={"norm": ("post", "pre_final")},
+        base={**BASELINE, "targets": "sampled", "d_mlp": 128},
+        seeds=SMALL_SEEDS,
+    ),
+    "ch5/dropout": Spec(
+        name="ch5/dropout",
+        description="dropout on the model without a norm (the v1 remedy)",
+        configs=[{"targets": targets, kind: p} for targets, kind, p in DROPOUT],
+        base={**BASELINE, "norm": "none"},
+        seeds=SMALL_SEEDS,
+    ),
+}
+
+
+def curves(results: Results, targets: str, metric: str, norms: Sequence[str] = PLACEMENTS) -> dict[str, np.ndarray]:
+    """Per-length ``metric`` of each placement: norm -> [K, len(s)]."""
+    return {norm: results.curves(metric, targets=targets, norm=norm) for norm in norms}
+
+
+def per_seed(results: Results, column: str, targets: str, norm: str) -> np.ndarray:
+    """``column`` (e.g. "tv_beyond") of one placement and target kind, one value per seed: [K]."""
+    return results.values(column, targets=targets, norm=norm)
+
+
+def _seed_rows(results: Results, column: str, seeds: Sequence[int], **where: object) -> np.ndarray:
+    values = results.values(column, **where)
+    order = results.seeds_of(**where)
+    return np.array([values[order.index(seed)] for seed in seeds])
+
+
+def dropout_values(
+    placements: Results, dropout: Results, column: str, targets: str, kind: str, p: float
+) -> np.ndarray:
+    """``column`` of the no-norm model with dropout ``kind`` at rate ``p``, per seed of ``dropout``.
+
+    ``p = 0`` reads the no-dropout baseline from ``placements`` on the same seeds, so a
+    comparison reads both sides on the same seeds.
+    """
+    require_choice("kind", kind, DROPOUT_KINDS)
+    if p == 0:
+        return _seed_rows(placements, column, dropout.seeds, targets=targets, norm="none")
+    return dropout.values(column, targets=targets, **{kind: float(p)})
+
+
+def dropout_rows(placements: Results, dropout: Results, columns: Sequence[str]) -> list[dict]:
+    """The dropout table's rows: per target kind, the no-dropout baseline (same seeds), then each
+    dropout setting; columns targets, attn_dropout, resid_dropout, seed and ``columns``."""
+    keys = ("targets", "norm", *DROPOUT_KINDS)
+    base = [r for r in placements.summary(columns, keys, norm="none") if r["seed"] in dropout.seeds]
+    rows = dropout.summary(columns, keys)
+    return [row for targets in TARGETS for row in base + rows if row["targets"] == targets]
+
+
+def profiles(results: Results, n_sequences: int = 2000) -> dict[tuple[str, str], list[GapProfile]]:
+    """:func:`gap_profile` of every trained model: (targets, norm) -> one profile per seed."""
+    return {
+        (targets, norm): [
+            gap_profile(m, n_sequences) for m in results.result(targets=targets, norm=norm).models
+        ]
+        for targets in TARGETS
+        for norm in PLACEMENTS
+    }
+
+
+def ratio(
+    profiles: Mapping[tuple[str, str], Sequence[GapProfile]], targets: str, norm: str, field: str = "gap"
+) -> np.ndarray:
+    """s x ``field`` at the longest s over s = 1, per seed (1: the 1/s law): see :func:`growth`."""
+    return growth(profiles[(targets, norm)], field)
+
+
+def relative(
+    profiles: Mapping[tuple[str, str], Sequence[GapProfile]], targets: str, norm: str, field: str
+) -> np.ndarray:
+    """``field`` of each seed divided by its value at s = 1: [K, len(s)]."""
+    values = stack_profile(profiles[(targets, norm)], field)
+    return values / values[:, :1]
+
+
+def _spread(values: np.ndarray) -> str:
+    return f"{values.mean():.3f} ({values.min():.3f}-{values.max():.3f})"
+
+
+def postnorm_claim(results: Results) -> Claim:
+    """Scorecard: post-norm length-generalises better than no norm, per seed, both target kinds."""
+    wins = {t: bool((per_seed(results, "tv_beyond", t, "post") < per_seed(results, "tv_beyond", t, "none")).all()) for t in TARGETS}
+    L, longest = TRAIN_LENGTH, int(results.lengths()[-1])
+    parts = [
+        f"{t} targets "
+        + ", ".join(f"{_spread(per_seed(results, 'tv_beyond', t, n))} {n}" for n in ("none", "post", "attn_out"))
+        for t in TARGETS
+    ]
+    number = f"mean TV at s = {L + 1}..{longest}, {len(results.seeds)} seeds, mean (range): " + "; ".join(parts)
+    return Claim("ch5-score-postnorm", verdict(all(wins.values()), partly=any(wins.values())), number)
+
+
+NEAR_UNIFORM = 0.85  # H/log s above this at every s >= 2: near-uniform (the book's threshold)
+
+
+def resharpen_claim(profiles: Mapping[tuple[str, str], Sequence[GapProfile]]) -> Claim:
+    """Scorecard: "Post-Norm resharpens attention". The gap is restored (post's s x gap grows, and
+    freezing the divisor takes the growth away); the attention pattern stays near-uniform."""
+    post, frozen, none = (ratio(profiles, "soft", n, f) for n, f in (("post", "gap"), ("post", "frozen_gap"), ("none", "gap")))
+    entropy = min(stack_profile(p, "entropy_ratio")[:, 1:].min() for p in profiles.values())
+    restored = all((ratio(profiles, t, "post") > 1.5).all() for t in TARGETS) and bool((post > 2 * frozen).all())
+    sharpened = any(stack_profile(profiles[(t, "post")], "entropy_ratio")[:, 1:].min() < NEAR_UNIFORM for t in TARGETS)
+    n_models = sum(len(p) for p in profiles.values())
+    s = profiles[("soft", "post")][0].s
+    number = (
+        f"post, soft targets: s x gap at s = {s[-1]} / s = 1 = {post.mean():.2f} (seeds {post.min():.2f}-{post.max():.2f}; "
+        f"no norm {none.mean():.2f}; divisor frozen {frozen.mean():.2f}); attention entropy >= "
+        f"{entropy:.2f} of log s in all {n_models} models"
+    )
+    return Claim("ch5-score-resharpen", verdict(restored and sharpened, partly=restored or sharpened), number)
+
+
+def dropout_changes(placements: Results, dropout: Results) -> np.ndarray:
+    """TV beyond with dropout minus without, per setting of ``DROPOUT`` and seed: [settings, seeds]."""
+    return np.stack(
+        [
+            dropout_values(placements, dropout, "tv_beyond", t, k, p)
+            - dropout_values(placements, dropout, "tv_beyond", t, k, 0.0)
+            for t, k, p in DROPOUT
+        ]
+    )
+
+
+def dropout_claim(placements: Results, dropout: Results) -> Claim:
+    """Scorecard: v1's "more dropout counteracts dispersion", on the no-norm model."""
+    changes = dropout_changes(placements, dropout)  # > 0: worse with dropout
+    helps = (changes < 0).all(axis=1)  # settings where dropout helps in every seed
+    soft = [dropout_values(placements, dropout, "tv_beyond", t, k, p).mean() for t, k, p in DROPOUT if t == "soft"]
+    base = dropout_values(placements, dropout, "tv_beyond", "soft", "attn_dropout", 0.0).mean()
+    L, longest = TRAIN_LENGTH, int(placements.lengths()[-1])
+    number = (
+        f"no norm, mean TV at s = {L + 1}..{longest}, {len(dropout.seeds)} seeds: soft targets {base:.3f} "
+        f"without dropout, {min(soft):.3f}-{max(soft):.3f} with; "
+        f"dropout raises TV beyond s = {L} by at least {changes.min():.3f} in every setting and seed"
+    )
+    return Claim("ch5-score-dropout", verdict(bool(helps.all()), partly=bool(helps.any())), number)
+
+
+def scorecard(
+    placements: Results, profiles: Mapping[tuple[str, str], Sequence[GapProfile]], dropout: Results
+) -> list[Claim]:
+    """The chapter's three scorecard rows."""
+    return [postnorm_claim(placements), resharpen_claim(profiles), dropout_claim(placements, dropout)]

@@ -33,7 +33,8 @@ from ..core.model import NormPlacement
 from ..core.seeding import make_generator, numpy_generator
 from ..core.tasks import Batch, Task, sample_next_tokens, sample_sequences, target_distribution
 from ..core.training import AveragerFactory, TargetKind, TrainResult, train, training_loss
-from .ch1_set_complement import baseline_setup
+from ..runs import Spec
+from .ch1_set_complement import BASELINE, baseline_setup
 
 # --- gradient noise ------------------------------------------------------------------------------
 
@@ -394,3 +395,49 @@ def bootstrap_mean_difference(
     means = d[rng.integers(0, len(d), size=(n_resamples, len(d)))].mean(axis=1)
     return float(d.mean()), float(np.quantile(means, 0.025)), float(np.quantile(means, 0.975))
 
+
+
+# --- the chapter's experiments, declared as data ---------------------------------------------------
+
+SEEDS = (0, 1, 2)
+SCALES = (0.25, 0.35, 0.5, 0.7, 0.85, 1.0, 1.2, 1.5, 2.0, 2.5, 3.0, 4.0, 6.0, 8.0, 12.0, 16.0)  # logit factors c
+AVERAGERS = {"ema": {"beta": 0.99}, "bema": {"kappa": 0.5, "eta": 0.2, "rho": 10.0, "gamma": 1.0, "tau": 0, "phi": 1}}
+SEARCH_STEPS, SEARCH_SEEDS, SEARCH_RUNS, SEARCH_SEED = 400, (0, 1), 16, 6
+
+
+def search_configs(n: int = SEARCH_RUNS, seed: int = SEARCH_SEED) -> list[dict[str, object]]:
+    """The random search's configurations (:func:`sample_specs`) as spec fields."""
+    return [
+        {"norm": r.norm, "lr": r.lr, "batch": r.batch, "resid_dropout": r.dropout, "targets": r.targets}
+        for r in sample_specs(n, seed)
+    ]
+
+
+SPECS: dict[str, Spec] = {
+    "ch6/grid": Spec(
+        name="ch6/grid",
+        description="sampled targets: norm x batch x lr, raw weights against EMA and BEMA, many logit scales",
+        grid={"norm": ("none", "attn_out"), "batch": (32, 128), "lr": (3e-3, 1e-2)},
+        base={**BASELINE, "targets": "sampled"},
+        seeds=SEEDS,
+        averagers=AVERAGERS,
+        scales=SCALES,
+    ),
+    "ch6/soft": Spec(
+        name="ch6/soft",
+        description="soft targets (no target noise), raw against EMA",
+        grid={"norm": ("none", "attn_out")},
+        base={**BASELINE, "targets": "soft"},
+        seeds=SEEDS,
+        averagers={"ema": AVERAGERS["ema"]},
+    ),
+    "ch6/search": Spec(
+        name="ch6/search",
+        description="the random search: norm, lr, batch and dropout drawn at random, EMA off/on",
+        configs=search_configs(),
+        base={**BASELINE, "steps": SEARCH_STEPS},
+        seeds=SEARCH_SEEDS,
+        averagers={"ema": AVERAGERS["ema"]},
+        n_test=1000,
+    ),
+}

@@ -1,9 +1,10 @@
 """Beyond set complement: norm placements and EMA on a board game and a formal-language suite. Chapter 7.
 
-Runs are declared as data (:class:`RunSpec`: task, norm placement, target kind). :func:`run_spec`
-trains one spec for all seeds in one batched :func:`~lengthgen_lite.core.training.train` call with an EMA riding along, and
-scores the raw and the averaged weights at every length on one fixed test batch per task
-(:func:`evaluate_lengths`). Length is the number of tokens seen: moves played in the game, symbols
+The chapter's experiment is declared as data (``SPECS["ch7/placements"]``: task x target kind x
+norm placement); :func:`lengthgen_lite.runs.run` trains each configuration's seeds in one batched
+call with an EMA riding along and scores the raw and the averaged weights at every length on one
+fixed test batch per task (:func:`evaluate_lengths`, registered as the "sequence" evaluation);
+:func:`scorecard` turns the ``Results`` into the chapter's scorecard rows. Length is the number of tokens seen: moves played in the game, symbols
 read in a language. Every task trains on lengths ``1..train_length`` and is tested up to
 ``test_length`` (two to three times longer).
 
@@ -14,7 +15,6 @@ positional encoding, as in chapters 1-6.
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass
 from typing import Literal, Sequence, get_args
 
@@ -23,14 +23,14 @@ import torch
 from torch import nn
 
 from ..core import metrics
-from ..core.averaging import make_ema
-from ..core.evaluation import seed_values
 from ..core.games import TicTacToe
 from ..core.languages import LANGUAGES, Language, make_language
-from ..core.model import ModelConfig, NormPlacement, run_with_cache
+from ..core.model import run_with_cache
 from ..core.seeding import make_generator
 from ..core.tasks import Batch
-from ..core.training import TargetKind, TrainConfig, TrainResult, train
+from ..runs import Results, Spec
+from ..runs.runner import register_evaluation
+from ..runs.scorecard import Claim, verdict
 
 
 TaskName = Literal["tictactoe", "dyck1", "anbn", "unlock", "norepeat"]
@@ -60,26 +60,6 @@ def task_setup(name: str) -> TaskSetup:
     if name in LANGUAGES:  # train on 16 symbols, test on 48
         return TaskSetup(make_language(name, train_length=16), 16, 48, d_model=32, steps=300)
     raise ValueError(f"task name={name!r} is unknown; allowed: {TASKS}")
-
-
-@dataclass(frozen=True)
-class RunSpec:
-    """One configuration: a task, a norm placement and a target kind."""
-
-    task: TaskName = "tictactoe"
-    norm: NormPlacement = "none"
-    targets: TargetKind = "soft"
-
-    def __post_init__(self) -> None:
-        if self.task not in TASKS:
-            raise ValueError(f"task={self.task!r} is unknown; allowed: {TASKS}")
-        if self.norm not in PLACEMENTS:
-            raise ValueError(f"norm={self.norm!r} is not one of this chapter's placements {PLACEMENTS}")
-        if self.targets not in get_args(TargetKind):
-            raise ValueError(f"targets={self.targets!r} is unknown; allowed: {get_args(TargetKind)}")
-
-    def label(self) -> str:
-        return f"{self.task}, norm={self.norm}, {self.targets}"
 
 
 @dataclass(frozen=True)
@@ -150,73 +130,112 @@ def _masked_gap(gap: torch.Tensor, mask: torch.Tensor) -> np.ndarray:
     return _masked_mean(gap, mask & ~gap.isnan())
 
 
-@dataclass
-class Run:
-    """A trained :class:`RunSpec`: the models and their per-length curves, raw and EMA."""
+# --- the chapter's experiment, declared as data ---------------------------------------------------
 
-    spec: RunSpec
-    setup: TaskSetup
-    result: TrainResult
-    curves: dict[str, LengthCurves]  # variant ("raw", "ema") -> curves
-
-    def mean(self, field: str, variant: str = "raw", lengths: str = "beyond") -> np.ndarray:
-        """Per-seed mean of ``field`` over the training lengths or the lengths beyond: [K]."""
-        if variant not in self.curves:
-            raise ValueError(f"variant {variant!r} is unknown; this run has {sorted(self.curves)}")
-        if field not in CURVE_FIELDS:
-            raise ValueError(f"field {field!r} is unknown; allowed: {CURVE_FIELDS}")
-        if lengths not in ("train", "beyond"):
-            raise ValueError(f"lengths={lengths!r} is unknown; allowed: ('train', 'beyond')")
-        values = getattr(self.curves[variant], field)
-        L = self.setup.train_length
-        part = values[:, :L] if lengths == "train" else values[:, L:]
-        return np.nanmean(part, axis=1)
+# which target kinds each task trains with (the game and a^n b^n both; the easy languages soft only)
+TARGETS: dict[str, tuple[str, ...]] = {
+    "tictactoe": ("soft", "sampled"),
+    "anbn": ("soft", "sampled"),
+    "unlock": ("soft",),
+    "norepeat": ("soft",),
+}
 
 
-def run_spec(
-    spec: RunSpec,
-    seeds: Sequence[int] = SEEDS,
-    *,
-    steps: int | None = None,
-    n_test: int = 1000,
-    progress: bool = True,
-) -> Run:
-    """Train ``spec`` for every seed at once (EMA alongside) and score raw and EMA weights per length.
-
-    ``steps`` overrides the task's number of training steps (None: the chapter's).
-    """
-    setup = task_setup(spec.task)
-    steps = setup.steps if steps is None else steps
-    if not isinstance(steps, int) or isinstance(steps, bool) or steps < 1:
-        raise ValueError(f"steps must be a positive int or None (the chapter's), got {steps!r}")
-    task = setup.task
-    model_cfg = ModelConfig(vocab_size=task.vocab_size, n_outputs=task.n_outputs, d_model=setup.d_model, norm=spec.norm)
-    train_cfg = TrainConfig(steps=steps, batch=64, warmup=min(50, steps // 2), targets=spec.targets)
-    result = train(model_cfg, task, train_cfg, seeds, averagers={"ema": make_ema(EMA_BETA)}, progress=progress, desc=spec.label())
-    batch = make_test_batch(setup, n_test)
-    curves = {"raw": evaluate_lengths(result.models, batch), "ema": evaluate_lengths(result.averaged["ema"], batch)}
-    return Run(spec=spec, setup=setup, result=result, curves=curves)
+def _config(task: str, targets: str, norm: str) -> dict[str, object]:
+    setup = task_setup(task)
+    return {"task": task, "targets": targets, "norm": norm, "d_model": setup.d_model, "steps": setup.steps}
 
 
-def summary_rows(runs: Sequence[Run]) -> list[dict[str, object]]:
-    """One tidy row per (run, variant, seed): mean TV at the training lengths and beyond, invalid
-    mass beyond, and TV beyond at set-valued and at single-output positions."""
-    if not runs:
-        raise ValueError("runs must hold at least one Run")
-    rows = []
-    for run in runs:
-        for variant in run.curves:
-            columns = {
-                "tv_train": run.mean("tv", variant, "train"),
-                "tv_beyond": run.mean("tv", variant, "beyond"),
-                "invalid_beyond": run.mean("invalid_mass", variant, "beyond"),
-                "tv_set_beyond": run.mean("tv_set", variant, "beyond"),
-                "gap_beyond": run.mean("logit_gap", variant, "beyond"),
-            }
-            for k, seed in enumerate(run.result.seeds):
-                row = {**dataclasses.asdict(run.spec), "variant": variant, "seed": seed}
-                rows.append(row | {name: float(values[k]) for name, values in columns.items()})
-    return rows
+SPECS: dict[str, Spec] = {
+    "ch7/placements": Spec(
+        name="ch7/placements",
+        description="the game and the languages: norm placements x target kinds, raw and EMA",
+        configs=[
+            _config(task, targets, norm)
+            for task, kinds in TARGETS.items()
+            for targets in kinds
+            for norm in PLACEMENTS
+        ],
+        base={"batch": 64, "warmup": 50},  # the warm-up is capped at half the steps
+        seeds=SEEDS,
+        averagers={"ema": {"beta": EMA_BETA}},
+        n_test=1000,
+    )
+}
+register_evaluation("sequence", evaluate_lengths)  # the game and the languages, scored per length
+
+
+# --- reading the results --------------------------------------------------------------------------
+
+
+def per_seed(
+    results: Results, column: str, task: str, targets: str, norm: str, variant: str = "raw"
+) -> np.ndarray:
+    """``column`` (e.g. "tv_beyond") of one configuration, one value per seed: [K]."""
+    return results.values(column, task=task, targets=targets, norm=norm, variant=variant)
+
+
+def curves(
+    results: Results,
+    task: str,
+    targets: str,
+    field: str,
+    variant: str = "raw",
+    norms: Sequence[str] = PLACEMENTS,
+) -> dict[str, np.ndarray]:
+    """Per-length ``field`` of every placement: norm -> [K, len(s)]."""
+    where = {"task": task, "targets": targets, "variant": variant}
+    return {norm: results.curves(field, norm=norm, **where) for norm in norms}
+
+
+def ema_gains(results: Results) -> dict[tuple[str, str, str], np.ndarray]:
+    """Raw minus EMA TV beyond the training lengths, per seed (> 0: EMA helps), on the game and
+    a^n b^n: (task, targets, norm) -> [K]."""
+    return {
+        (task, targets, norm): per_seed(results, "tv_beyond", task, targets, norm)
+        - per_seed(results, "tv_beyond", task, targets, norm, "ema")
+        for task in ("tictactoe", "anbn")
+        for targets in TARGETS[task]
+        for norm in PLACEMENTS
+    }
+
+
+def tv_text(results: Results, task: str, targets: str) -> str:
+    """Mean TV beyond training for none, post and attn_out, as scorecard text."""
+    norms = ("none", "post", "attn_out")
+    means = {norm: per_seed(results, "tv_beyond", task, targets, norm).mean() for norm in norms}
+    return ", ".join(f"{norm} {value:.2f}" for norm, value in means.items())
+
+
+def scorecard(results: Results) -> list[Claim]:
+    """The chapter's scorecard rows, from the quantities the notebook asserts."""
+    game = {norm: per_seed(results, "tv_beyond", "tictactoe", "sampled", norm) for norm in PLACEMENTS}
+    ordered = game["attn_out"].max() < game["post"].min() and game["post"].max() < game["none"].min()
+    gain = {norm: ema_gains(results)["tictactoe", "sampled", norm] for norm in PLACEMENTS}
+    with_norm = bool((gain["attn_out"] > 0).all())
+    without_norm = min(gain[norm].mean() for norm in ("none", "pre")) > 0
+    anbn = {norm: per_seed(results, "tv_beyond", "anbn", "soft", norm).mean() for norm in PLACEMENTS}
+    game_text = tv_text(results, "tictactoe", "sampled")
+    gain_text = ", ".join(f"{norm} {gain[norm].mean():+.2f}" for norm in PLACEMENTS)
+    anbn_text = tv_text(results, "anbn", "soft")
+    return [
+        Claim(
+            "ch7-score-game",
+            verdict(bool(ordered)),
+            f"Tic-Tac-Toe, mean TV beyond training (sampled targets, {len(results.seeds)} seeds): {game_text}",
+        ),
+        Claim(
+            "ch7-score-game-ema",
+            verdict(with_norm and without_norm, partly=with_norm or without_norm),
+            f"Tic-Tac-Toe, TV gain of EMA beyond training (sampled): {gain_text}",
+        ),
+        Claim(
+            "ch7-score-languages",
+            verdict(not min(anbn.values()) > 0.5 * anbn["none"]),
+            f"a^n b^n, mean TV beyond training (soft): {anbn_text}; "
+            "unlock and no-repeat need no remedy",
+        ),
+    ]
 
 
 def full_length_example(batch: Batch) -> int:

@@ -19,6 +19,7 @@ wall time, command); the trained models stay in memory only (:meth:`Results.trai
 from __future__ import annotations
 
 import json
+from importlib import metadata
 import pathlib
 import platform
 import subprocess
@@ -66,17 +67,22 @@ def _cpu() -> str:
     return platform.processor() or platform.machine()
 
 
+def _package_version() -> str:
+    try:  # the installed distribution's version, as lengthgen_lite.__version__ reads it
+        return metadata.version("lengthgen_lite")
+    except metadata.PackageNotFoundError:
+        return "unknown"
+
+
 def provenance(wall_seconds: float, command: str | None = None) -> dict[str, Any]:
     """Where a results file came from: code, library versions, machine and the command."""
     import torch
-
-    from .. import __version__
 
     status = _git("status", "--porcelain")
     return {
         "git_commit": _git("rev-parse", "HEAD"),
         "git_clean": None if status is None else status == "",
-        "package": __version__,
+        "package": _package_version(),
         "torch": torch.__version__,
         "numpy": np.__version__,
         "python": platform.python_version(),
@@ -180,18 +186,30 @@ class Results:
             raise ValueError("the trained models are not kept in a loaded results file")
         return self.trained[configs[0]]
 
-    def summary(self, metrics: Sequence[str], **where: Any) -> list[dict[str, Any]]:
-        """Tidy rows, one per (configuration, seed): the varying config fields and ``metrics``."""
-        groups = self._grouped(**where)
-        keys = self.spec.varying()
+    def summary(
+        self, metrics: Sequence[str], keys: Sequence[str] | None = None, **where: Any
+    ) -> list[dict[str, Any]]:
+        """Tidy rows, one per (configuration, variant, seed) in table order: config fields
+        (``keys``; default task, norm, targets and the varying ones), ``variant``, ``seed`` and
+        one number per metric (see :meth:`values`)."""
+        if keys is None:
+            keys = tuple(dict.fromkeys(("task", "norm", "targets", *self.spec.varying())))
+        variants = [where.pop("variant")] if "variant" in where else list(self.variants)
         rows = []
-        for group in groups:
-            config = self.configs[group[0]["config"]]
-            columns = {m: self.values(m, config=group[0]["config"], **where) for m in metrics}
-            for k, row in enumerate(group):
-                base = {key: getattr(config, key) for key in keys} | {"seed": row["seed"]}
-                rows.append(base | {m: float(v[k]) for m, v in columns.items()})
+        for index, config in enumerate(self.configs):
+            if not self.select(config=index, **where):
+                continue
+            for variant in variants:
+                pinned = {"config": index, "variant": variant, **where}
+                columns = {m: self.values(m, **pinned) for m in metrics}
+                base = {key: getattr(config, key) for key in keys} | {"variant": variant}
+                for k, seed in enumerate(self.seeds_of(**pinned)):
+                    rows.append(base | {"seed": seed} | {m: float(v[k]) for m, v in columns.items()})
         return rows
+
+    def seeds_of(self, **where: Any) -> list[int]:
+        """The seeds of the one configuration matching ``where``, in the order of :meth:`values`."""
+        return [r["seed"] for r in self._grouped(**where)[0]]
 
     def _check_metric(self, metric: str) -> None:
         if metric not in self.metrics:

@@ -51,33 +51,39 @@ def task_kind(config: Config) -> str:
     return "set_complement" if config.task == "set_complement" else "sequence"
 
 
-def _set_complement(models: Sequence[nn.Module], config: Config, spec: Spec) -> dict[float, Any]:
+def _set_complement(variants: dict[str, list[nn.Module]], config: Config, spec: Spec) -> dict:
     setup = config.setup()
     out = {}
-    for c in spec.scales:
-        tables = evaluate_seeds(models, setup.vocab_size, n_sequences=spec.n_test, seed=spec.eval_seed, logit_scale=c)
-        keep = tables[0].s <= setup.test_length
-        metrics = {m: stack_metric(tables, m)[:, keep] for m in SET_COMPLEMENT_METRICS}
-        out[c] = (tables[0].s[keep], metrics)
+    for variant, models in variants.items():
+        for c in spec.scales:
+            kwargs = {"n_sequences": spec.n_test, "seed": spec.eval_seed, "logit_scale": c}
+            tables = evaluate_seeds(models, setup.vocab_size, **kwargs)
+            keep = tables[0].s <= setup.test_length
+            metrics = {m: stack_metric(tables, m)[:, keep] for m in SET_COMPLEMENT_METRICS}
+            out[variant, c] = (tables[0].s[keep], metrics)
     return out
 
 
-def _sequence(models: Sequence[nn.Module], config: Config, spec: Spec) -> dict[float, Any]:
+def _sequence(variants: dict[str, list[nn.Module]], config: Config, spec: Spec) -> dict:
     if "sequence" not in EVALUATIONS:
         raise ValueError(f"no evaluation registered for task {config.task!r}; import its chapter")
     if spec.scales != (1.0,):
         raise ValueError(f"task {config.task!r} is scored at logit scale 1.0 only, got {spec.scales}")
     setup = config.setup()
-    batch = setup.task.sample_train_batch(spec.n_test, setup.test_length, make_generator(spec.eval_seed))
-    curves = EVALUATIONS["sequence"](models, batch)
-    s = np.asarray(curves.s)
-    K = len(models)
-    metrics = {
-        f.name: np.broadcast_to(np.asarray(getattr(curves, f.name)), (K, len(s)))
-        for f in dataclasses.fields(curves)
-        if f.name != "s"
-    }
-    return {1.0: (s, metrics)}
+    generator = make_generator(spec.eval_seed)
+    batch = setup.task.sample_train_batch(spec.n_test, setup.test_length, generator)
+    out = {}
+    for variant, models in variants.items():
+        curves = EVALUATIONS["sequence"](models, batch)
+        s = np.asarray(curves.s)
+        shape = (len(models), len(s))
+        metrics = {
+            f.name: np.broadcast_to(np.asarray(getattr(curves, f.name)), shape)
+            for f in dataclasses.fields(curves)
+            if f.name != "s"
+        }
+        out[variant, 1.0] = (s, metrics)
+    return out
 
 
 def run_configuration(
@@ -99,12 +105,12 @@ def run_configuration(
     )
     evaluate = _set_complement if task_kind(config) == "set_complement" else _sequence
     rows = []
-    for variant, models in {"raw": result.models, **result.averaged}.items():
-        for scale, (s, metrics) in evaluate(models, config, spec).items():
-            for k, seed in enumerate(result.seeds):
-                row = {"config": index, "variant": variant, "seed": int(seed), "scale": scale}
-                row["s"] = [int(x) for x in s]
-                rows.append(row | {m: [float(x) for x in v[k]] for m, v in metrics.items()})
+    variants = {"raw": result.models, **result.averaged}
+    for (variant, scale), (s, metrics) in evaluate(variants, config, spec).items():
+        for k, seed in enumerate(result.seeds):
+            row = {"config": index, "variant": variant, "seed": int(seed), "scale": scale}
+            row["s"] = [int(x) for x in s]
+            rows.append(row | {m: [float(x) for x in v[k]] for m, v in metrics.items()})
     return rows, result
 
 

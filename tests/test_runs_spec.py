@@ -1,0 +1,79 @@
+import json
+
+import pytest
+
+from lengthgen_lite.chapters import ch1_set_complement as ch1
+from lengthgen_lite.runs.spec import CONFIG_FIELDS, Config, Spec
+
+from tiny_experiment import TINY, tiny_spec
+
+
+def test_grid_and_list_make_the_configurations_in_order():
+    spec = tiny_spec(configs=[{"norm": "post", "d_mlp": 8}])
+    configs = spec.configurations()
+    assert [c.norm for c in configs] == ["none", "attn_out", "post"]
+    assert all(c.v == 6 and c.steps == 30 for c in configs) and configs[2].d_mlp == 8
+    assert spec.varying() == ("norm", "d_mlp")
+
+
+def test_overrides_replace_seeds_and_steps_and_validate_again():
+    spec = tiny_spec().with_overrides(seeds=4, steps=7)
+    assert spec.seeds == (0, 1, 2, 3) and {c.steps for c in spec.configurations()} == {7}
+    assert spec.with_overrides(seeds=[3, 9]).seeds == (3, 9)
+    assert Config(steps=7).train_config().warmup == 3  # the warm-up is capped at half the steps
+    with pytest.raises(ValueError, match="steps must be an integer >= 1"):
+        spec.with_overrides(steps=0)
+    with pytest.raises(ValueError, match="override has unknown field 'step'"):
+        spec.with_overrides(step=10)
+
+
+def test_json_round_trip():
+    spec = tiny_spec()
+    data = json.loads(json.dumps(spec.to_dict()))
+    assert Spec.from_dict(data) == spec
+    with pytest.raises(ValueError, match="spec has unknown field 'seed'"):
+        Spec.from_dict(data | {"seed": 1})
+
+
+def test_chapter_one_baseline_is_the_config_default_setup():
+    config = ch1.SPECS["ch1/baseline"].configurations()[0]
+    task, model_cfg, train_cfg = ch1.baseline_setup("soft")
+    assert config.model_config() == model_cfg and config.train_config() == train_cfg
+    assert config.setup().task == task
+
+
+@pytest.mark.parametrize(
+    "changes, message",
+    [
+        ({"grid": {"nrom": ("none",)}}, "grid has unknown field 'nrom'; allowed: .*'norm'"),
+        ({"grid": {"norm": ("postt",)}}, "unknown norm 'postt'; allowed: 'none', 'pre'"),
+        ({"grid": {"norm": "post"}}, r"grid.norm='post' is invalid; allowed: a non-empty list"),
+        ({"base": {"v": 6, "lr": -1}}, "lr must be a finite number > 0"),
+        ({"base": {"v": 6, "test_length": 9}}, "test_length=9 is invalid; allowed: a prefix length <= v - 1 = 5"),
+        ({"base": {"v": 6, "d_model": 10, "n_heads": 3}}, "d_model=10 is not divisible by n_heads=3"),
+        ({"configs": [{"task": "chess"}]}, "configs\\[0\\]: unknown task 'chess'"),
+        ({"seeds": (0, 0)}, "distinct seeds"),
+        ({"seeds": (-1,)}, "seeds must be a non-empty sequence of integers >= 0"),
+        ({"averagers": {"swa": {}}}, "averagers has unknown field 'swa'; allowed: \\('ema', 'bema'\\)"),
+        ({"averagers": {"ema": {"beta": 2}}}, "averagers.ema=.* beta must be in \\(0, 1\\)"),
+        ({"scales": (2.0,)}, "including 1.0"),
+        ({"scale": "huge"}, "unknown scale 'huge'; allowed: 'live', 'reference'"),
+        ({"name": ""}, "name='' is invalid"),
+    ],
+)
+def test_bad_specs_name_the_field(changes, message):
+    with pytest.raises(ValueError, match=message):
+        tiny_spec(**changes)
+
+
+def test_every_config_field_is_checked_by_type():
+    for name in ("steps", "batch", "d_model"):
+        with pytest.raises(ValueError, match=name):
+            Config(**{name: True})
+    assert "norm" in CONFIG_FIELDS and "targets" in CONFIG_FIELDS
+    assert TINY["name"] == "tiny/placements"
+
+
+def test_reference_scale_is_declared_not_built():
+    with pytest.raises(NotImplementedError, match="issue 19"):
+        tiny_spec().reference()
