@@ -25,9 +25,15 @@ def test_rows_cover_configs_variants_scales_and_seeds(tiny_local):
     rows = tiny_local.rows
     assert len(rows) == 2 * 2 * 2 * 2  # configurations x variants x scales x seeds
     assert [(r["config"], r["variant"], r["scale"], r["seed"]) for r in rows[:4]] == [
-        (0, "raw", 1.0, 0), (0, "raw", 1.0, 1), (0, "raw", 2.0, 0), (0, "raw", 2.0, 1)
+        (0, "raw", 1.0, 0),
+        (0, "raw", 1.0, 1),
+        (0, "raw", 2.0, 0),
+        (0, "raw", 2.0, 1),
     ]
-    tv, invalid = np.array([r["tv"] for r in rows]), np.array([r["invalid_mass"] for r in rows])
+    tv, invalid = (
+        np.array([r["tv"] for r in rows]),
+        np.array([r["invalid_mass"] for r in rows]),
+    )
     assert ((tv >= 0) & (tv <= 1)).all() and (invalid <= tv + 1e-6).all()
     assert all(r["s"] == [1, 2, 3, 4, 5] and r["entropy_ratio"][0] == 1.0 for r in rows)
 
@@ -35,17 +41,27 @@ def test_rows_cover_configs_variants_scales_and_seeds(tiny_local):
 def test_the_runner_is_the_one_training_loop(tiny_local):
     spec = tiny_spec()
     config = spec.configurations()[1]
-    direct = train(config.model_config(), config.setup().task, config.train_config(), [0, 1],
-                   averagers=spec.averager_factories(), progress=False)
+    direct = train(
+        config.model_config(),
+        config.setup().task,
+        config.train_config(),
+        [0, 1],
+        averagers=spec.averager_factories(),
+        progress=False,
+    )
     tables = evaluate_seeds(direct.averaged["ema"], 6, n_sequences=200, logit_scale=2.0)
     got = tiny_local.curves("tv", norm="attn_out", variant="ema", scale=2.0)
     np.testing.assert_array_equal(got, np.stack([t.tv for t in tables]))
-    assert run_configuration(spec, 1, progress=False)[0] == tiny_local.select(norm="attn_out")
+    assert run_configuration(spec, 1, progress=False)[0] == tiny_local.select(
+        norm="attn_out"
+    )
 
 
 def test_a_sequence_task_is_scored_by_the_registered_evaluation():
     spec = ch7.SPECS["ch7/placements"].with_overrides(
-        configs=[{"task": "anbn", "norm": "post", "d_model": 16, "steps": 3}], seeds=[0, 1], n_test=40
+        configs=[{"task": "anbn", "norm": "post", "d_model": 16, "steps": 3}],
+        seeds=[0, 1],
+        n_test=40,
     )
     results = run(spec, progress=False)
     assert results.curves("tv", variant="ema").shape == (2, 48)
@@ -59,10 +75,22 @@ def test_a_sequence_task_is_scored_by_the_registered_evaluation():
     "kwargs, match",
     [
         ({"backend": "dask"}, r"unknown backend 'dask'; allowed: 'local', 'ray'"),
-        ({"seeds_per_task": 1}, r"seeds_per_task=1 is invalid; allowed: None with backend='local'"),
-        ({"backend": "ray", "seeds_per_task": 0}, r"seeds_per_task must be an integer >= 1"),
-        ({"backend": "ray", "ray_num_cpus": -1}, r"ray_num_cpus must be an integer >= 1"),
-        ({"backend": "ray", "ray_address": "auto", "ray_num_cpus": 2}, r"ray_num_cpus must be None"),
+        (
+            {"seeds_per_task": 1},
+            r"seeds_per_task=1 is invalid; allowed: None with backend='local'",
+        ),
+        (
+            {"backend": "ray", "seeds_per_task": 0},
+            r"seeds_per_task must be an integer >= 1",
+        ),
+        (
+            {"backend": "ray", "ray_num_cpus": -1},
+            r"ray_num_cpus must be an integer >= 1",
+        ),
+        (
+            {"backend": "ray", "ray_address": "auto", "ray_num_cpus": 2},
+            r"ray_num_cpus must be None",
+        ),
     ],
 )
 def test_bad_run_options(kwargs, match):
@@ -91,7 +119,12 @@ def ray_cluster():
     # a browser on a 2-core machine that once was not enough. A slow start is retried, twice.
     for attempt in range(3):
         try:
-            ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, runtime_env={"env_vars": RAY_ENV})
+            ray.init(
+                num_cpus=2,
+                include_dashboard=False,
+                log_to_driver=False,
+                runtime_env={"env_vars": RAY_ENV},
+            )
             break
         except Exception as error:  # Ray raises a bare Exception for it
             ray.shutdown()
@@ -114,6 +147,8 @@ def _assert_same_rows(a: list[dict], b: list[dict]) -> None:
 def test_ray_matches_local(ray_cluster, tiny_local):
     by_configuration = run(tiny_spec(), backend="ray", progress=False)
     _assert_same_rows(by_configuration.rows, tiny_local.rows)
-    by_seed = run(tiny_spec(), backend="ray", progress=False, seeds_per_task=1)  # 4 tasks
+    by_seed = run(
+        tiny_spec(), backend="ray", progress=False, seeds_per_task=1
+    )  # 4 tasks
     _assert_same_rows(by_seed.rows, tiny_local.rows)
     assert ray_cluster.is_initialized()  # a running session is used, not stopped

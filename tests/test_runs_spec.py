@@ -18,9 +18,13 @@ def test_grid_and_list_make_the_configurations_in_order():
 
 def test_overrides_replace_seeds_and_steps_and_validate_again():
     spec = tiny_spec().with_overrides(seeds=4, steps=7)
-    assert spec.seeds == (0, 1, 2, 3) and {c.steps for c in spec.configurations()} == {7}
+    assert spec.seeds == (0, 1, 2, 3) and {c.steps for c in spec.configurations()} == {
+        7
+    }
     assert spec.with_overrides(seeds=[3, 9]).seeds == (3, 9)
-    assert Config(steps=7).train_config().warmup == 3  # the warm-up is capped at half the steps
+    assert (
+        Config(steps=7).train_config().warmup == 3
+    )  # the warm-up is capped at half the steps
     with pytest.raises(ValueError, match="steps must be an integer >= 1"):
         spec.with_overrides(steps=0)
     with pytest.raises(ValueError, match="override has unknown field 'step'"):
@@ -45,17 +49,38 @@ def test_chapter_one_baseline_is_the_config_default_setup():
 @pytest.mark.parametrize(
     "changes, message",
     [
-        ({"grid": {"nrom": ("none",)}}, "grid has unknown field 'nrom'; allowed: .*'norm'"),
-        ({"grid": {"norm": ("postt",)}}, "unknown norm 'postt'; allowed: 'none', 'pre'"),
-        ({"grid": {"norm": "post"}}, r"grid.norm='post' is invalid; allowed: a non-empty list"),
+        (
+            {"grid": {"nrom": ("none",)}},
+            "grid has unknown field 'nrom'; allowed: .*'norm'",
+        ),
+        (
+            {"grid": {"norm": ("postt",)}},
+            "unknown norm 'postt'; allowed: 'none', 'pre'",
+        ),
+        (
+            {"grid": {"norm": "post"}},
+            r"grid.norm='post' is invalid; allowed: a non-empty list",
+        ),
         ({"base": {"v": 6, "lr": -1}}, "lr must be a finite number > 0"),
-        ({"base": {"v": 6, "test_length": 9}}, "test_length=9 is invalid; allowed: a prefix length <= v - 1 = 5"),
-        ({"base": {"v": 6, "d_model": 10, "n_heads": 3}}, "d_model=10 is not divisible by n_heads=3"),
+        (
+            {"base": {"v": 6, "test_length": 9}},
+            "test_length=9 is invalid; allowed: a prefix length <= v - 1 = 5",
+        ),
+        (
+            {"base": {"v": 6, "d_model": 10, "n_heads": 3}},
+            "d_model=10 is not divisible by n_heads=3",
+        ),
         ({"configs": [{"task": "chess"}]}, "configs\\[0\\]: unknown task 'chess'"),
         ({"seeds": (0, 0)}, "distinct seeds"),
         ({"seeds": (-1,)}, "seeds must be a non-empty sequence of integers >= 0"),
-        ({"averagers": {"swa": {}}}, "averagers has unknown field 'swa'; allowed: \\('ema', 'bema'\\)"),
-        ({"averagers": {"ema": {"beta": 2}}}, "averagers.ema=.* beta must be in \\(0, 1\\)"),
+        (
+            {"averagers": {"swa": {}}},
+            "averagers has unknown field 'swa'; allowed: \\('ema', 'bema'\\)",
+        ),
+        (
+            {"averagers": {"ema": {"beta": 2}}},
+            "averagers.ema=.* beta must be in \\(0, 1\\)",
+        ),
         ({"scales": (2.0,)}, "including 1.0"),
         ({"scale": "huge"}, "unknown scale 'huge'; allowed: 'live', 'reference'"),
         ({"name": ""}, "name='' is invalid"),

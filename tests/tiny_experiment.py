@@ -6,7 +6,14 @@ from lengthgen_lite.runs import Spec
 TINY = dict(
     name="tiny/placements",
     grid={"norm": ("none", "attn_out")},
-    base={"v": 6, "train_length": 3, "d_model": 16, "steps": 30, "warmup": 5, "targets": "sampled"},
+    base={
+        "v": 6,
+        "train_length": 3,
+        "d_model": 16,
+        "steps": 30,
+        "warmup": 5,
+        "targets": "sampled",
+    },
     seeds=(0, 1),
     averagers={"ema": {"beta": 0.9}},
     scales=(1.0, 2.0),

@@ -33,7 +33,12 @@ from ..core.training import TrainResult
 from .spec import CONFIG_FIELDS, Config, Spec
 
 ROW_KEYS = ("config", "variant", "seed", "scale")
-RANGES = {"train": "mean over 1..L", "beyond": "mean beyond L", "first": "s = 1", "longest": "last s"}
+RANGES = {
+    "train": "mean over 1..L",
+    "beyond": "mean beyond L",
+    "first": "s = 1",
+    "longest": "last s",
+}
 PROVENANCE_KEYS = (
     "git_commit",
     "git_clean",
@@ -51,7 +56,9 @@ PROVENANCE_KEYS = (
 def _git(*args: str) -> str | None:
     root = pathlib.Path(__file__).resolve().parents[2]
     try:
-        done = subprocess.run(["git", *args], cwd=root, capture_output=True, text=True, timeout=10)
+        done = subprocess.run(
+            ["git", *args], cwd=root, capture_output=True, text=True, timeout=10
+        )
     except (OSError, subprocess.SubprocessError):
         return None
     return done.stdout.strip() if done.returncode == 0 else None
@@ -104,7 +111,9 @@ class Results:
 
     def __post_init__(self) -> None:
         self.configs: list[Config] = self.spec.configurations()
-        self.train_length = {i: c.setup().train_length for i, c in enumerate(self.configs)}
+        self.train_length = {
+            i: c.setup().train_length for i, c in enumerate(self.configs)
+        }
 
     # --- selecting -----------------------------------------------------------------------------
     def select(self, **where: Any) -> list[dict[str, Any]]:
@@ -115,10 +124,14 @@ class Results:
             allowed = ROW_KEYS + CONFIG_FIELDS
             raise ValueError(f"cannot select on {sorted(unknown)}; allowed: {allowed}")
         chosen = {
-            i for i, c in enumerate(self.configs) if all(getattr(c, k) == v for k, v in config_where.items())
+            i
+            for i, c in enumerate(self.configs)
+            if all(getattr(c, k) == v for k, v in config_where.items())
         }
         return [
-            r for r in self.rows if r["config"] in chosen and all(r[k] == v for k, v in row_where.items())
+            r
+            for r in self.rows
+            if r["config"] in chosen and all(r[k] == v for k, v in row_where.items())
         ]
 
     def _grouped(self, **where: Any) -> list[list[dict[str, Any]]]:
@@ -133,7 +146,9 @@ class Results:
         for group in groups.values():
             seeds = [r["seed"] for r in group]
             if len(set(seeds)) != len(seeds):
-                raise ValueError(f"{where!r} matches a configuration twice per seed; pin variant and scale")
+                raise ValueError(
+                    f"{where!r} matches a configuration twice per seed; pin variant and scale"
+                )
             out.append(sorted(group, key=lambda r: r["seed"]))
         if len({len(g) for g in out}) != 1:
             raise ValueError(f"{where!r} matches configurations with different seeds")
@@ -155,7 +170,9 @@ class Results:
         """
         base, _, part = metric.rpartition("_")
         if part not in RANGES or not base:
-            raise ValueError(f"metric {metric!r} needs a suffix; allowed: {tuple('_' + r for r in RANGES)}")
+            raise ValueError(
+                f"metric {metric!r} needs a suffix; allowed: {tuple('_' + r for r in RANGES)}"
+            )
         groups = self._grouped(**where)
         self._check_metric(base)
         out = []
@@ -181,7 +198,9 @@ class Results:
         """The trained models of the one configuration matching ``where`` (in memory only)."""
         configs = sorted({r["config"] for r in self.select(**where)})
         if len(configs) != 1:
-            raise ValueError(f"{where!r} matches {len(configs)} configurations; one is needed")
+            raise ValueError(
+                f"{where!r} matches {len(configs)} configurations; one is needed"
+            )
         if configs[0] not in self.trained:
             raise ValueError("the trained models are not kept in a loaded results file")
         return self.trained[configs[0]]
@@ -193,7 +212,9 @@ class Results:
         (``keys``; default task, norm, targets and the varying ones), ``variant``, ``seed`` and
         one number per metric (see :meth:`values`)."""
         if keys is None:
-            keys = tuple(dict.fromkeys(("task", "norm", "targets", *self.spec.varying())))
+            keys = tuple(
+                dict.fromkeys(("task", "norm", "targets", *self.spec.varying()))
+            )
         variants = [where.pop("variant")] if "variant" in where else list(self.variants)
         rows = []
         for index, config in enumerate(self.configs):
@@ -202,9 +223,15 @@ class Results:
             for variant in variants:
                 pinned = {"config": index, "variant": variant, **where}
                 columns = {m: self.values(m, **pinned) for m in metrics}
-                base = {key: getattr(config, key) for key in keys} | {"variant": variant}
+                base = {key: getattr(config, key) for key in keys} | {
+                    "variant": variant
+                }
                 for k, seed in enumerate(self.seeds_of(**pinned)):
-                    rows.append(base | {"seed": seed} | {m: float(v[k]) for m, v in columns.items()})
+                    rows.append(
+                        base
+                        | {"seed": seed}
+                        | {m: float(v[k]) for m, v in columns.items()}
+                    )
         return rows
 
     def seeds_of(self, **where: Any) -> list[int]:
@@ -213,11 +240,17 @@ class Results:
 
     def _check_metric(self, metric: str) -> None:
         if metric not in self.metrics:
-            raise ValueError(f"metric {metric!r} is unknown; this table has {self.metrics}")
+            raise ValueError(
+                f"metric {metric!r} is unknown; this table has {self.metrics}"
+            )
 
     @property
     def metrics(self) -> tuple[str, ...]:
-        return tuple(k for k in self.rows[0] if k not in ROW_KEYS and k != "s") if self.rows else ()
+        return (
+            tuple(k for k in self.rows[0] if k not in ROW_KEYS and k != "s")
+            if self.rows
+            else ()
+        )
 
     @property
     def variants(self) -> tuple[str, ...]:
@@ -231,7 +264,11 @@ class Results:
     def save(self, path: str | pathlib.Path) -> pathlib.Path:
         """Write ``{"spec", "provenance", "rows"}`` as JSON (floats round-trip exactly)."""
         path = pathlib.Path(path)
-        data = {"spec": self.spec.to_dict(), "provenance": self.provenance, "rows": self.rows}
+        data = {
+            "spec": self.spec.to_dict(),
+            "provenance": self.provenance,
+            "rows": self.rows,
+        }
         path.write_text(json.dumps(data, indent=1))
         return path
 
@@ -240,13 +277,23 @@ class Results:
         """Read a file written by :meth:`save`; the spec and the provenance fields are checked."""
         data = json.loads(pathlib.Path(path).read_text())
         if not isinstance(data, dict) or set(data) != {"spec", "provenance", "rows"}:
-            raise ValueError(f"results file {str(path)!r} must hold exactly 'spec', 'provenance', 'rows'")
+            raise ValueError(
+                f"results file {str(path)!r} must hold exactly 'spec', 'provenance', 'rows'"
+            )
         if missing := set(PROVENANCE_KEYS) - set(data["provenance"]):
-            raise ValueError(f"results file {str(path)!r}: provenance lacks {sorted(missing)}")
+            raise ValueError(
+                f"results file {str(path)!r}: provenance lacks {sorted(missing)}"
+            )
         for i, row in enumerate(data["rows"]):
             if not isinstance(row, dict) or not set(ROW_KEYS) | {"s"} <= set(row):
-                raise ValueError(f"results file {str(path)!r}: row {i} lacks {ROW_KEYS + ('s',)}")
-        return cls(spec=Spec.from_dict(data["spec"]), rows=data["rows"], provenance=data["provenance"])
+                raise ValueError(
+                    f"results file {str(path)!r}: row {i} lacks {ROW_KEYS + ('s',)}"
+                )
+        return cls(
+            spec=Spec.from_dict(data["spec"]),
+            rows=data["rows"],
+            provenance=data["provenance"],
+        )
 
 
 __all__ = ["PROVENANCE_KEYS", "RANGES", "ROW_KEYS", "Results", "provenance"]

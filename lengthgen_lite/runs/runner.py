@@ -36,7 +36,10 @@ from .results import Results, provenance
 from .spec import Config, Spec
 
 BACKENDS = ("local", "ray")
-RAY_ENV = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}  # one torch thread per Ray worker
+RAY_ENV = {
+    "OMP_NUM_THREADS": "1",
+    "MKL_NUM_THREADS": "1",
+}  # one torch thread per Ray worker
 Evaluation = Callable[[Sequence[nn.Module], Any], Any]
 EVALUATIONS: dict[str, Evaluation] = {}  # task kind -> (models, test batch) -> curves
 
@@ -51,24 +54,36 @@ def task_kind(config: Config) -> str:
     return "set_complement" if config.task == "set_complement" else "sequence"
 
 
-def _set_complement(variants: dict[str, list[nn.Module]], config: Config, spec: Spec) -> dict:
+def _set_complement(
+    variants: dict[str, list[nn.Module]], config: Config, spec: Spec
+) -> dict:
     setup = config.setup()
     out = {}
     for variant, models in variants.items():
         for c in spec.scales:
-            kwargs = {"n_sequences": spec.n_test, "seed": spec.eval_seed, "logit_scale": c}
+            kwargs = {
+                "n_sequences": spec.n_test,
+                "seed": spec.eval_seed,
+                "logit_scale": c,
+            }
             tables = evaluate_seeds(models, setup.vocab_size, **kwargs)
             keep = tables[0].s <= setup.test_length
-            metrics = {m: stack_metric(tables, m)[:, keep] for m in SET_COMPLEMENT_METRICS}
+            metrics = {
+                m: stack_metric(tables, m)[:, keep] for m in SET_COMPLEMENT_METRICS
+            }
             out[variant, c] = (tables[0].s[keep], metrics)
     return out
 
 
 def _sequence(variants: dict[str, list[nn.Module]], config: Config, spec: Spec) -> dict:
     if "sequence" not in EVALUATIONS:
-        raise ValueError(f"no evaluation registered for task {config.task!r}; import its chapter")
+        raise ValueError(
+            f"no evaluation registered for task {config.task!r}; import its chapter"
+        )
     if spec.scales != (1.0,):
-        raise ValueError(f"task {config.task!r} is scored at logit scale 1.0 only, got {spec.scales}")
+        raise ValueError(
+            f"task {config.task!r} is scored at logit scale 1.0 only, got {spec.scales}"
+        )
     setup = config.setup()
     generator = make_generator(spec.eval_seed)
     batch = setup.task.sample_train_batch(spec.n_test, setup.test_length, generator)
@@ -108,13 +123,20 @@ def run_configuration(
     variants = {"raw": result.models, **result.averaged}
     for (variant, scale), (s, metrics) in evaluate(variants, config, spec).items():
         for k, seed in enumerate(result.seeds):
-            row = {"config": index, "variant": variant, "seed": int(seed), "scale": scale}
+            row = {
+                "config": index,
+                "variant": variant,
+                "seed": int(seed),
+                "scale": scale,
+            }
             row["s"] = [int(x) for x in s]
             rows.append(row | {m: [float(x) for x in v[k]] for m, v in metrics.items()})
     return rows, result
 
 
-def _run_unit(data: dict, index: int, seeds: list[int], progress: bool, modules: list[str]) -> list:
+def _run_unit(
+    data: dict, index: int, seeds: list[int], progress: bool, modules: list[str]
+) -> list:
     """What one Ray task runs: plain data in and out (the chapters that registered evaluations)."""
     for module in modules:
         importlib.import_module(module)
@@ -129,25 +151,41 @@ def check_run_options(
 ) -> None:
     """Validate :func:`run`'s options before any training starts."""
     require_choice("backend", backend, BACKENDS)
-    options = {"seeds_per_task": seeds_per_task, "ray_address": ray_address, "ray_num_cpus": ray_num_cpus}
+    options = {
+        "seeds_per_task": seeds_per_task,
+        "ray_address": ray_address,
+        "ray_num_cpus": ray_num_cpus,
+    }
     if backend == "local":
         for name, value in options.items():
             if value is not None:
-                raise ValueError(f"{name}={value!r} is invalid; allowed: None with backend='local'")
+                raise ValueError(
+                    f"{name}={value!r} is invalid; allowed: None with backend='local'"
+                )
     for name in ("seeds_per_task", "ray_num_cpus"):
         if options[name] is not None:
             require_int(name, options[name], 1)
     if ray_address is not None and ray_num_cpus is not None:
-        raise ValueError("ray_num_cpus must be None when ray_address is given (the cluster has its own CPUs)")
-    if ray_address is not None and (not isinstance(ray_address, str) or not ray_address):
-        raise ValueError(f"ray_address={ray_address!r} is invalid; allowed: None or an address such as 'auto'")
+        raise ValueError(
+            "ray_num_cpus must be None when ray_address is given (the cluster has its own CPUs)"
+        )
+    if ray_address is not None and (
+        not isinstance(ray_address, str) or not ray_address
+    ):
+        raise ValueError(
+            f"ray_address={ray_address!r} is invalid; allowed: None or an address such as 'auto'"
+        )
 
 
-def _ray_rows(spec: Spec, units: list, progress: bool, address: str | None, num_cpus: int | None) -> list:
+def _ray_rows(
+    spec: Spec, units: list, progress: bool, address: str | None, num_cpus: int | None
+) -> list:
     try:
         import ray
     except ImportError:
-        raise ImportError("backend='ray' needs Ray, an optional extra: pip install 'lengthgen_lite[ray]'") from None
+        raise ImportError(
+            "backend='ray' needs Ray, an optional extra: pip install 'lengthgen_lite[ray]'"
+        ) from None
     started = not ray.is_initialized()
     if started:
         if address is None:  # a local cluster on this machine
@@ -155,10 +193,14 @@ def _ray_rows(spec: Spec, units: list, progress: bool, address: str | None, num_
         else:
             ray.init(address=address, log_to_driver=progress)
     try:
-        remote = ray.remote(_run_unit).options(num_cpus=1, runtime_env={"env_vars": RAY_ENV})
+        remote = ray.remote(_run_unit).options(
+            num_cpus=1, runtime_env={"env_vars": RAY_ENV}
+        )
         modules = sorted({fn.__module__ for fn in EVALUATIONS.values()})
         data = spec.to_dict()
-        return ray.get([remote.remote(data, i, seeds, progress, modules) for i, seeds in units])
+        return ray.get(
+            [remote.remote(data, i, seeds, progress, modules) for i, seeds in units]
+        )
     finally:
         if started:
             ray.shutdown()
@@ -182,7 +224,9 @@ def run(
     local one of ``ray_num_cpus`` CPUs started here; only the rows come back.
     """
     if not isinstance(spec, Spec):
-        raise ValueError(f"spec={spec!r} is invalid; allowed: a Spec (e.g. a chapter's SPECS[name])")
+        raise ValueError(
+            f"spec={spec!r} is invalid; allowed: a Spec (e.g. a chapter's SPECS[name])"
+        )
     check_run_options(backend, seeds_per_task, ray_address, ray_num_cpus)
     start = time.perf_counter()
     n_configs = len(spec.configurations())
@@ -194,14 +238,25 @@ def run(
             parts.append(rows)
     else:
         size = len(spec.seeds) if seeds_per_task is None else seeds_per_task
-        groups = [list(spec.seeds[i : i + size]) for i in range(0, len(spec.seeds), size)]
+        groups = [
+            list(spec.seeds[i : i + size]) for i in range(0, len(spec.seeds), size)
+        ]
         units = [(i, group) for i in range(n_configs) for group in groups]
         parts = _ray_rows(spec, units, progress, ray_address, ray_num_cpus)
     rows = [row for part in parts for row in part]
     variants = ["raw", *spec.averagers]
-    rows.sort(key=lambda r: (r["config"], variants.index(r["variant"]), r["scale"], r["seed"]))
+    rows.sort(
+        key=lambda r: (r["config"], variants.index(r["variant"]), r["scale"], r["seed"])
+    )
     wall = time.perf_counter() - start
     return Results(spec, rows, provenance(wall, command), trained)
 
 
-__all__ = ["BACKENDS", "EVALUATIONS", "RAY_ENV", "check_run_options", "register_evaluation", "run"]
+__all__ = [
+    "BACKENDS",
+    "EVALUATIONS",
+    "RAY_ENV",
+    "check_run_options",
+    "register_evaluation",
+    "run",
+]

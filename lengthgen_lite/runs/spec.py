@@ -27,13 +27,22 @@ from ..core.languages import LANGUAGES, make_language
 from ..core.model import ModelConfig, NormKind, NormPlacement
 from ..core.tasks import SetComplement
 from ..core.training import AveragerFactory, Schedule, TargetKind, TrainConfig
-from ..core.validation import is_int, require_choice, require_int, require_ints, require_number
+from ..core.validation import (
+    is_int,
+    require_choice,
+    require_int,
+    require_ints,
+    require_number,
+)
 
 GAMES = ("tictactoe",)
 TASKS: tuple[str, ...] = ("set_complement", *GAMES, *LANGUAGES)
 PLACEMENTS: tuple[str, ...] = get_args(NormPlacement)
 TARGETS: tuple[str, ...] = get_args(TargetKind)
-AVERAGERS = {"ema": make_ema, "bema": make_bema}  # name -> factory of its keyword options
+AVERAGERS = {
+    "ema": make_ema,
+    "bema": make_bema,
+}  # name -> factory of its keyword options
 SCALES = ("live", "reference")  # issue 19: the notebook's budget, or the converged one
 
 
@@ -44,7 +53,9 @@ def _fail(path: str, value: object, allowed: str) -> None:
 def _check_keys(path: str, data: Mapping[str, Any], allowed: Sequence[str]) -> None:
     for key in data:
         if key not in allowed:
-            raise ValueError(f"{path} has unknown field {key!r}; allowed: {tuple(allowed)}")
+            raise ValueError(
+                f"{path} has unknown field {key!r}; allowed: {tuple(allowed)}"
+            )
 
 
 def _field_names(kind: type) -> tuple[str, ...]:
@@ -101,7 +112,16 @@ class Config:
         require_choice("targets", self.targets, TARGETS)
         require_choice("norm_kind", self.norm_kind, get_args(NormKind))
         require_choice("schedule", self.schedule, get_args(Schedule))
-        for name in ("v", "board", "in_a_row", "d_model", "n_heads", "n_layers", "steps", "batch"):
+        for name in (
+            "v",
+            "board",
+            "in_a_row",
+            "d_model",
+            "n_heads",
+            "n_layers",
+            "steps",
+            "batch",
+        ):
             require_int(name, getattr(self, name), 1)
         for name in ("d_mlp", "warmup"):
             require_int(name, getattr(self, name), 0)
@@ -114,7 +134,9 @@ class Config:
         require_number("weight_decay", self.weight_decay, 0.0)
         setup = self.setup()  # the task's own checks (lengths in range)
         if setup.test_length < setup.train_length:
-            _fail("test_length", self.test_length, f">= train_length={setup.train_length}")
+            _fail(
+                "test_length", self.test_length, f">= train_length={setup.train_length}"
+            )
         self.model_config()  # ModelConfig's own checks (d_model % n_heads, ...)
 
     def setup(self) -> Setup:
@@ -214,7 +236,11 @@ class Spec:
         grid = dict(self.grid)
         _check_keys("grid", grid, CONFIG_FIELDS)
         for key, values in grid.items():
-            if isinstance(values, str) or not isinstance(values, Sequence) or not values:
+            if (
+                isinstance(values, str)
+                or not isinstance(values, Sequence)
+                or not values
+            ):
                 _fail(f"grid.{key}", values, "a non-empty list of values")
             grid[key] = tuple(values)
         object.__setattr__(self, "grid", grid)
@@ -227,11 +253,15 @@ class Spec:
         object.__setattr__(self, "seeds", seeds)
         if self.steps is not None:
             require_int("steps", self.steps, 1)
-        averagers = {name: dict(options) for name, options in dict(self.averagers).items()}
+        averagers = {
+            name: dict(options) for name, options in dict(self.averagers).items()
+        }
         _check_keys("averagers", averagers, tuple(AVERAGERS))
         object.__setattr__(self, "averagers", averagers)
         self.averager_factories()  # the averagers' own checks (beta in (0, 1), ...)
-        scales = tuple(require_number("scales", c, 0.0, strict=True) for c in self.scales)
+        scales = tuple(
+            require_number("scales", c, 0.0, strict=True) for c in self.scales
+        )
         if 1.0 not in scales or len(set(scales)) != len(scales):
             _fail("scales", self.scales, "distinct positive logit scales including 1.0")
         object.__setattr__(self, "scales", scales)
@@ -239,14 +269,18 @@ class Spec:
         require_int("eval_seed", self.eval_seed, 0)
         require_choice("scale", self.scale, SCALES)
         if not self.configurations():
-            _fail("configs", self.configs, "at least one configuration (a grid or a list)")
+            _fail(
+                "configs", self.configs, "at least one configuration (a grid or a list)"
+            )
 
     # --- the configurations ------------------------------------------------------------------
     def configurations(self) -> list[Config]:
         """Every configuration, in order: the grid's combinations, then the listed ones."""
         listed = [dict(c) for c in self.configs]
         keys = list(self.grid)
-        combos = [dict(zip(keys, values)) for values in itertools.product(*self.grid.values())]
+        combos = [
+            dict(zip(keys, values)) for values in itertools.product(*self.grid.values())
+        ]
         if not keys and not listed:
             combos = [{}]
         elif not keys:
@@ -261,7 +295,9 @@ class Spec:
     def varying(self) -> tuple[str, ...]:
         """The config fields that differ between configurations (a results table's key columns)."""
         configs = self.configurations()
-        return tuple(k for k in CONFIG_FIELDS if len({getattr(c, k) for c in configs}) > 1)
+        return tuple(
+            k for k in CONFIG_FIELDS if len({getattr(c, k) for c in configs}) > 1
+        )
 
     def averager_factories(self) -> dict[str, AveragerFactory]:
         out = {}
@@ -269,7 +305,9 @@ class Spec:
             try:
                 out[name] = AVERAGERS[name](**options)
             except (TypeError, ValueError) as err:
-                raise ValueError(f"averagers.{name}={options!r} is invalid: {err}") from None
+                raise ValueError(
+                    f"averagers.{name}={options!r} is invalid: {err}"
+                ) from None
         return out
 
     # --- variants, reading and writing ----------------------------------------------------------
@@ -298,7 +336,9 @@ class Spec:
             _fail("spec", data, f"a mapping with fields drawn from {_field_names(cls)}")
         _check_keys("spec", data, _field_names(cls))
         if "name" not in data:
-            raise ValueError("spec.name is missing; allowed: a string such as 'ch5/placements'")
+            raise ValueError(
+                "spec.name is missing; allowed: a string such as 'ch5/placements'"
+            )
         return cls(**data)
 
 

@@ -28,6 +28,7 @@ COLUMN_LABELS = {
     "tv_train": "TV, s = 1..4",
     "tv_beyond": "TV, s = 5..15",
     "invalid_beyond": "invalid mass, s = 5..15",
+    "invalid_mass_beyond": "invalid mass, s = 5..15",  # the name in a runs.Results summary
     "tv_longest": "TV, s = 15",
     "gap_first": "gap, s = 1",
     "gap_longest": "gap, s = 15",
