@@ -44,9 +44,9 @@ def placement_table(
 ) -> pd.DataFrame:
     """Mean over seeds with the [min, max] range, one row per configuration, as rounded strings.
 
-    ``rows`` are :func:`lengthgen_lite.chapters.ch5_post_norm.summary_rows`; the configuration order is kept.
+    ``rows`` are a ``Results.summary(...)`` (or ``ch5.dropout_rows``); the configuration order is kept.
     """
-    frame = rows_frame(rows, [*by, *columns], source="ch5_post_norm.summary_rows")
+    frame = rows_frame(rows, [*by, *columns], source="Results.summary")
     grouped = frame.groupby(list(by), sort=False)[list(columns)]
     mean, low, high = grouped.mean(), grouped.min(), grouped.max()
     table = pd.DataFrame(index=mean.index)

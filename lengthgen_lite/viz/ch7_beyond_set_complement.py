@@ -47,9 +47,9 @@ def verdict_table(
     digits: int = 3,
 ) -> pd.DataFrame:
     """Mean over seeds with the [min, max] range of ``column``, one row per (task, targets, norm),
-    raw and EMA side by side, as rounded strings. ``rows`` are the runner's ``summary_rows``."""
+    raw and EMA side by side, as rounded strings. ``rows`` are a ``Results.summary([column])``."""
     if not rows:
-        raise ValueError("rows must hold at least one row (see summary_rows)")
+        raise ValueError("rows must hold at least one row (see Results.summary)")
     frame = pd.DataFrame(list(rows))
     missing = [name for name in ("task", "targets", "norm", "variant", column) if name not in frame]
     if missing:
