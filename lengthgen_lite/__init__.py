@@ -1,8 +1,9 @@
 """lengthgen_lite: tasks, a small inspectable transformer, one training loop, metrics and theory
 for the book *lengthgen-lite* (length generalisation on set complement and retrieval tasks).
 
-Layout: ``core`` is the shared library, ``chapters.chN_*`` holds one chapter's experiments (built
-on ``core``), ``viz`` draws (``viz.common`` plus ``viz.chN_*`` mirroring the chapters).
+Layout: ``core`` is the shared library, ``runs`` the experiment floor (specs, the one runner,
+``Results``), ``chapters.chN_*`` one chapter's experiments (built on ``core`` and ``runs``), ``viz``
+draws (``viz.common`` plus ``viz.chN_*`` mirroring the chapters).
 """
 
 from importlib import metadata as _metadata
