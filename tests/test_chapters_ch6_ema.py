@@ -2,8 +2,8 @@ import numpy as np
 import pytest
 import torch
 
+from lengthgen_lite.chapters import ch6_ema as ch6
 from lengthgen_lite.chapters.ch6_ema import (
-    RunSpec,
     SearchSpace,
     bootstrap_mean_difference,
     factor_importance,
@@ -12,24 +12,32 @@ from lengthgen_lite.chapters.ch6_ema import (
     matched_scale,
     minibatch_gradients,
     resampled_target_gradients,
-    run_spec,
     sample_specs,
     scaling_matches,
     score_rows,
     tv_by_logit_scale,
 )
-from lengthgen_lite.core.averaging import make_ema
 from lengthgen_lite.core.evaluation import evaluate_set_complement
 from lengthgen_lite.core.model import ModelConfig, Transformer
 from lengthgen_lite.core.seeding import make_generator, seed_everything
 from lengthgen_lite.core.tasks import SetComplement, sample_next_tokens
 from lengthgen_lite.core.training import TrainConfig, train, training_loss
+from lengthgen_lite.runs import Spec, run as run_spec_data
+
+
+TINY = Spec(
+    name="tiny/ch6",
+    base={**ch6.BASELINE, "norm": "attn_out", "lr": 1e-2, "batch": 16, "targets": "sampled", "steps": 30},
+    seeds=(0, 1),
+    averagers={"ema": {"beta": 0.9}},
+    scales=(0.5, 1.0, 2.0),
+    n_test=100,
+)
 
 
 @pytest.fixture(scope="module")
 def run():
-    return run_spec(RunSpec(norm="attn_out", lr=1e-2, batch=16), [0, 1], 30, averagers={"ema": make_ema(0.9)},
-                    scales=(0.5, 1.0, 2.0), n_sequences=100, progress=False)
+    return ch6.runs_of(run_spec_data(TINY, progress=False))[0]
 
 
 def test_run_scores_every_variant_at_every_scale(run):
@@ -40,6 +48,17 @@ def test_run_scores_every_variant_at_every_scale(run):
     np.testing.assert_allclose(run.mean_tv("ema", "beyond", 2.0), run.tv["ema"][:, 2, 4:].mean(-1))
     assert run.scale_curve("raw", "beyond").shape == (2, 3)
     assert run.result.models[0].cfg.resid_dropout == 0.0
+
+
+def test_specs_are_chapter_one_baseline_with_one_change(run):
+    grid = ch6.SPECS["ch6/grid"]
+    assert len(grid.configurations()) == 8 and grid.scales == ch6.SCALES and set(grid.averagers) == {"ema", "bema"}
+    assert ch6.by_config(run.results, keys=("norm",)).keys() == {"attn_out"}
+    search = ch6.SPECS["ch6/search"].configurations()
+    assert [(c.norm, c.lr, c.batch, c.resid_dropout) for c in search] == [
+        (c.norm, c.lr, c.batch, c.resid_dropout) for c in sample_specs(16, 6)
+    ]
+    assert ch6.signed(-0.0001, 3) == "+0.000" and ch6.signed(0.0123, 2) == "+0.01"
 
 
 def test_score_rows_flatten_runs(run):
@@ -61,10 +80,6 @@ def test_run_rejects_bad_arguments(run):
         run.curve("raw", 3.0)
     with pytest.raises(ValueError, match="lengths"):
         run.mean_tv("raw", "long")  # type: ignore[arg-type]
-    with pytest.raises(ValueError, match="1.0"):
-        run_spec(RunSpec(), [0], 2, scales=(2.0,), progress=False)
-    with pytest.raises(ValueError, match="raw"):
-        run_spec(RunSpec(), [0], 2, averagers={"raw": make_ema()}, progress=False)
 
 
 def test_sample_specs_is_reproducible_balanced_and_in_range():
@@ -73,7 +88,7 @@ def test_sample_specs_is_reproducible_balanced_and_in_range():
     assert a == b and a != sample_specs(12, 4)
     norms = [s.norm for s in a]
     assert all(norms.count(n) in (2, 3) for n in space.norm)
-    assert all(1e-3 <= s.lr <= 3e-2 + 1e-12 and s.batch in space.batch and 0 <= s.dropout <= 0.3 for s in a)
+    assert all(1e-3 <= s.lr <= 3e-2 + 1e-12 and s.batch in space.batch and 0 <= s.resid_dropout <= 0.3 for s in a)
     assert all(s.targets == "sampled" for s in a)
 
 
@@ -245,5 +260,21 @@ def test_gain_is_raw_minus_averaged_tv_per_seed(run):
     np.testing.assert_allclose(run.gain("train", scale=2.0), run.mean_tv("raw", "train", 2.0) - run.mean_tv("ema", "train", 2.0))
     with pytest.raises(ValueError, match="variant 'bema' is unknown"):
         run.gain("train", "bema")
-    with pytest.raises(ValueError, match="lengths="):
+    with pytest.raises(ValueError, match="unknown lengths 'all'"):
         run.gain("all")
+
+
+def test_scorecard_claims_from_a_tiny_grid():
+    spec = ch6.SPECS["ch6/grid"].with_overrides(
+        grid={"norm": ("none", "attn_out")}, seeds=[0, 1], steps=20, scales=(0.5, 1.0), n_test=100
+    )
+    grid = ch6.by_config(run_spec_data(spec, progress=False))
+    ema, bema = ch6.ema_claim(grid), ch6.bema_claim(grid)
+    assert ema.key == "ch6-score-ema" and "2 configurations x 2 seeds" in ema.number
+    assert bema.key == "ch6-score-bema" and "worse than EMA at s <= 4" in bema.number
+    gap = {"none": np.array([0.05, 0.04]), "attn_out": np.array([0.06, 0.07])}
+    temperature = ch6.temperature_claim([False, False, True], gap, (0.5, 1.0, 2.0), 4)
+    assert temperature.verdict == "partly reproduced" and "2/3 models" in temperature.number
+    importance = {"tv_beyond": {"norm": 0.5, "ema": 0.1, "dropout": 0.01}}
+    search = ch6.search_claim(importance, (-0.02, -0.03, -0.01), -0.0001, 16, 2, 400, 4)
+    assert search.verdict == "partly reproduced" and "dropout slope +0.00 TV per unit rate" in search.number

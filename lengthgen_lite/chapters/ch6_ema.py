@@ -10,17 +10,15 @@ Three parts, in the chapter's order:
   without changing which tokens rank first, and long-length TV is very sensitive to that scale:
   :func:`tv_by_logit_scale` scores one model at many scales from one forward pass, on the same
   sequences as :func:`lengthgen_lite.core.evaluation.evaluate_set_complement`.
-- **Runs and the search.** A :class:`RunSpec` is one configuration (norm placement, learning rate,
-  batch size, dropout, target kind) of chapter 1's baseline; :func:`run_spec` trains it for all
-  seeds in one batched ``train`` call, with the averagers of :mod:`lengthgen_lite.core.averaging`
-  riding along, and scores raw and averaged weights by TV at every prefix length and scale.
-  Configurations that differ in learning rate, batch, norm or dropout cannot share a batched
-  call; every averager (a paired comparison) and the seeds come for free.
+- **Runs and the search.** The chapter's experiments are ``SPECS`` (chapter 1's baseline with norm
+  placement, learning rate, batch size, dropout or target kind changed), trained by
+  :func:`lengthgen_lite.runs.run` with the averagers of :mod:`lengthgen_lite.core.averaging`
+  riding along and scored at every prefix length and logit scale; a :class:`Run` reads one
+  configuration of the ``Results``, :func:`score_rows` flattens them for the search's factors.
 """
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass
 from typing import Literal, Mapping, Sequence, get_args
 
@@ -32,9 +30,12 @@ from ..core.metrics import total_variation
 from ..core.model import NormPlacement
 from ..core.seeding import make_generator, numpy_generator
 from ..core.tasks import Batch, Task, sample_next_tokens, sample_sequences, target_distribution
-from ..core.training import AveragerFactory, TargetKind, TrainResult, train, training_loss
-from ..runs import Spec
-from .ch1_set_complement import BASELINE, baseline_setup
+from ..core.training import TargetKind, TrainResult, training_loss
+from ..core.validation import require_choice
+from ..runs import Results, Spec
+from ..runs.scorecard import Claim, verdict
+from ..runs.spec import Config
+from .ch1_set_complement import BASELINE
 
 # --- gradient noise ------------------------------------------------------------------------------
 
@@ -174,40 +175,55 @@ LengthRange = Literal["train", "beyond"]
 
 
 @dataclass(frozen=True)
-class RunSpec:
-    """One training configuration on the book's baseline task and model (see :mod:`~lengthgen_lite.chapters.ch1_set_complement`)."""
-
-    norm: NormPlacement = "none"
-    lr: float = 3e-3
-    batch: int = 128
-    dropout: float = 0.0  # residual dropout on the attention output (the book's choice of placement)
-    targets: TargetKind = "sampled"
-
-    def label(self) -> str:
-        return f"norm={self.norm}, lr={self.lr:.3g}, batch={self.batch}, dropout={self.dropout:.2g}, {self.targets}"
-
-
-@dataclass
 class Run:
-    """A trained :class:`RunSpec`: the models and their TV, ``tv[variant]`` is [K, len(scales), v-1]."""
+    """One configuration of a ``Results`` read the chapter's way: TV by length, scale and variant.
 
-    spec: RunSpec
-    result: TrainResult
-    scales: tuple[float, ...]
-    tv: dict[str, np.ndarray]
-    train_length: int
+    ``tv[variant]`` is [K, len(scales), v-1]; ``result`` holds the trained models.
+    """
+
+    results: Results
+    index: int  # the configuration's position in results.configs
+
+    @property
+    def config(self) -> Config:
+        return self.results.configs[self.index]
+
+    @property
+    def spec(self) -> Config:  # the configuration (norm, lr, batch, resid_dropout, targets)
+        return self.config
+
+    @property
+    def scales(self) -> tuple[float, ...]:
+        return tuple(self.results.spec.scales)
+
+    @property
+    def train_length(self) -> int:
+        return self.config.setup().train_length
+
+    @property
+    def result(self) -> TrainResult:
+        return self.results.trained[self.index]
+
+    @property
+    def tv(self) -> dict[str, np.ndarray]:
+        return {v: np.stack([self.curve(v, c) for c in self.scales], axis=1) for v in self.results.variants}
+
+    def _check(self, variant: str) -> None:
+        if variant not in self.results.variants:
+            raise ValueError(f"variant {variant!r} is unknown; this run has {sorted(self.results.variants)}")
 
     def curve(self, variant: str, scale: float = 1.0) -> np.ndarray:
         """TV by prefix length at one logit scale: [K, v-1]."""
-        if variant not in self.tv:
-            raise ValueError(f"variant {variant!r} is unknown; this run has {sorted(self.tv)}")
+        self._check(variant)
         if scale not in self.scales:
             raise ValueError(f"scale {scale!r} was not evaluated; available: {self.scales}")
-        return self.tv[variant][:, self.scales.index(scale)]
+        return self.results.curves("tv", config=self.index, variant=variant, scale=scale)
 
     def mean_tv(self, variant: str, lengths: LengthRange, scale: float = 1.0) -> np.ndarray:
         """Mean TV over the training lengths ``s <= L`` or the lengths beyond them, per seed: [K]."""
-        return _length_mean(self.curve(variant, scale), lengths, self.train_length)
+        require_choice("lengths", lengths, get_args(LengthRange))
+        self._check(variant)
+        return self.results.values(f"tv_{lengths}", config=self.index, variant=variant, scale=scale)
 
     def gain(self, lengths: LengthRange, variant: str = "ema", scale: float = 1.0) -> np.ndarray:
         """Raw TV minus ``variant``'s TV over a length range, per seed: [K] (> 0: averaging helps)."""
@@ -215,69 +231,44 @@ class Run:
 
     def scale_curve(self, variant: str, lengths: LengthRange) -> np.ndarray:
         """Mean TV over a length range at every evaluated scale, per seed: [K, len(scales)]."""
-        if variant not in self.tv:
-            raise ValueError(f"variant {variant!r} is unknown; this run has {sorted(self.tv)}")
-        return _length_mean(self.tv[variant], lengths, self.train_length)
+        return np.stack([self.mean_tv(variant, lengths, c) for c in self.scales], axis=1)
 
 
-def _length_mean(tv: np.ndarray, lengths: LengthRange, train_length: int) -> np.ndarray:
-    if lengths not in get_args(LengthRange):
-        raise ValueError(f"lengths={lengths!r} is unknown; allowed: {get_args(LengthRange)}")
-    part = tv[..., :train_length] if lengths == "train" else tv[..., train_length:]
-    return part.mean(axis=-1)
+def by_config(results: Results, keys: Sequence[str] = ("norm", "batch", "lr")) -> dict[object, Run]:
+    """Every configuration of ``results`` as a :class:`Run`, keyed by the ``keys`` fields (a
+    tuple of them; one key: its value)."""
+    out: dict[object, Run] = {}
+    for i, c in enumerate(results.configs):
+        key = tuple(getattr(c, k) for k in keys)
+        out[key[0] if len(keys) == 1 else key] = Run(results, i)
+    return out
 
 
-def run_spec(
-    spec: RunSpec,
-    seeds: Sequence[int],
-    steps: int,
-    *,
-    averagers: Mapping[str, AveragerFactory] | None = None,
-    scales: Sequence[float] = (1.0,),
-    n_sequences: int = 2000,
-    progress: bool = True,
-) -> Run:
-    """Train ``spec`` for every seed in one batched call; score raw weights and every averager."""
-    scales = tuple(float(c) for c in scales)
-    if 1.0 not in scales:
-        raise ValueError(f"scales must include 1.0 (the model as trained), got {scales}")
-    if "raw" in (averagers or {}):
-        raise ValueError("'raw' names the unaveraged weights; pick another averager name")
-    task, model_cfg, train_cfg = baseline_setup(spec.targets, spec.norm)
-    model_cfg = dataclasses.replace(model_cfg, resid_dropout=spec.dropout)
-    warmup = min(train_cfg.warmup, steps // 2)  # the baseline's 100 steps, unless the run is very short
-    train_cfg = dataclasses.replace(train_cfg, steps=steps, warmup=warmup, lr=spec.lr, batch=spec.batch)
-    result = train(model_cfg, task, train_cfg, seeds, averagers=averagers, progress=progress, desc=spec.label())
-    variants = {"raw": result.models, **result.averaged}
-    tv = {
-        name: np.stack([tv_by_logit_scale(m, task.v, scales, n_sequences=n_sequences) for m in models])
-        for name, models in variants.items()
-    }
-    return Run(spec=spec, result=result, scales=scales, tv=tv, train_length=task.train_length)
+def runs_of(results: Results) -> list[Run]:
+    """Every configuration of ``results`` as a :class:`Run`, in order."""
+    return [Run(results, i) for i in range(len(results.configs))]
 
 
 def score_rows(runs: Sequence[Run], scale: float = 1.0) -> list[dict[str, object]]:
-    """One row per (run, seed, variant): the spec's fields, ``run`` (index in ``runs``), ``seed``,
-    ``variant``, ``ema`` (variant is "ema"), ``tv_train``, ``tv_beyond``. The flat table the plots
-    and the factor analysis read.
+    """One row per (run, variant, seed): norm, lr, batch, dropout (residual), targets, ``run``
+    (index in ``runs``), ``seed``, ``variant``, ``ema`` (variant is "ema"), ``tv_train``,
+    ``tv_beyond``. The flat table the plots and the factor analysis read.
     """
     rows = []
     for index, run in enumerate(runs):
-        for variant in run.tv:
+        c = run.config
+        fields = {"norm": c.norm, "lr": c.lr, "batch": c.batch, "dropout": c.resid_dropout, "targets": c.targets}
+        for variant in run.results.variants:
             train_tv, beyond_tv = run.mean_tv(variant, "train", scale), run.mean_tv(variant, "beyond", scale)
-            for k, seed in enumerate(run.result.seeds):
-                rows.append(
-                    {
-                        **dataclasses.asdict(run.spec),
-                        "run": index,
-                        "seed": seed,
-                        "variant": variant,
-                        "ema": variant == "ema",
-                        "tv_train": float(train_tv[k]),
-                        "tv_beyond": float(beyond_tv[k]),
-                    }
-                )
+            for k, seed in enumerate(run.results.seeds_of(config=run.index, variant=variant, scale=scale)):
+                row = {"run": index, "seed": seed, "variant": variant, "ema": variant == "ema"}
+                rows.append(fields | row | {"tv_train": float(train_tv[k]), "tv_beyond": float(beyond_tv[k])})
     return rows
+
+
+def signed(x: float, digits: int) -> str:
+    """``x`` rounded with its sign (``+0.012``), never ``-0.000``."""
+    return f"{round(float(x), digits) + 0.0:+.{digits}f}"
 
 
 @dataclass(frozen=True)
@@ -300,7 +291,7 @@ class SearchSpace:
             raise ValueError("batch and norm must each offer at least one value")
 
 
-def sample_specs(n: int, seed: int, space: SearchSpace = SearchSpace()) -> list[RunSpec]:
+def sample_specs(n: int, seed: int, space: SearchSpace = SearchSpace()) -> list[Config]:
     """``n`` random configurations, drawn independently; values rounded so that they print cleanly.
 
     Every norm placement appears ``n // len(space.norm)`` or one more times (a shuffled, balanced
@@ -315,11 +306,12 @@ def sample_specs(n: int, seed: int, space: SearchSpace = SearchSpace()) -> list[
     batches = rng.choice(len(space.batch), size=n)
     dropouts = rng.uniform(*space.dropout, size=n)
     return [
-        RunSpec(
+        Config(
             norm=norms[i],
             lr=float(f"{10 ** log_lr[i]:.2g}"),
             batch=int(space.batch[batches[i]]),
-            dropout=round(float(dropouts[i]), 2),
+            resid_dropout=round(float(dropouts[i]), 2),
+            targets="sampled",
         )
         for i in range(n)
     ]
@@ -408,8 +400,8 @@ SEARCH_STEPS, SEARCH_SEEDS, SEARCH_RUNS, SEARCH_SEED = 400, (0, 1), 16, 6
 def search_configs(n: int = SEARCH_RUNS, seed: int = SEARCH_SEED) -> list[dict[str, object]]:
     """The random search's configurations (:func:`sample_specs`) as spec fields."""
     return [
-        {"norm": r.norm, "lr": r.lr, "batch": r.batch, "resid_dropout": r.dropout, "targets": r.targets}
-        for r in sample_specs(n, seed)
+        {"norm": c.norm, "lr": c.lr, "batch": c.batch, "resid_dropout": c.resid_dropout, "targets": c.targets}
+        for c in sample_specs(n, seed)
     ]
 
 
@@ -441,3 +433,85 @@ SPECS: dict[str, Spec] = {
         n_test=1000,
     ),
 }
+
+
+# --- the scorecard ----------------------------------------------------------------------------------
+
+
+def ema_claim(grid: Mapping[object, Run]) -> Claim:
+    """"EMA helps length generalisation": lower TV at the training lengths in every model, and
+    beyond them by > 0.01 in every configuration of each norm (seed means)."""
+    runs = list(grid.values())
+    train_gain = np.concatenate([run.gain("train") for run in runs])
+    relative = np.concatenate([run.gain("train") / run.mean_tv("raw", "train") for run in runs])
+    norms = dict.fromkeys(run.config.norm for run in runs)
+    beyond = {n: np.array([r.gain("beyond").mean() for r in runs if r.config.norm == n]) for n in norms}
+    helps_train = bool((train_gain > 0).all())
+    helps_beyond = {norm: bool((gain > 0.01).all()) for norm, gain in beyond.items()}
+    word = verdict(helps_train and all(helps_beyond.values()), partly=helps_train or any(helps_beyond.values()))
+    L, n_seeds = runs[0].train_length, len(runs[0].results.seeds)
+    number = (
+        f"sampled targets, {len(runs)} configurations x {n_seeds} seeds: EMA lowers TV at s <= {L} in "
+        f"{int((train_gain > 0).sum())}/{len(train_gain)} models (by {relative.min():.2f}-{relative.max():.2f} "
+        f"of the raw TV); mean TV beyond lower by {beyond['attn_out'].mean():.3f} with LN on the attention output "
+        f"(configurations {beyond['attn_out'].min():.3f}-{beyond['attn_out'].max():.3f}), "
+        f"{beyond['none'].mean():.3f} without a norm"
+    )
+    return Claim("ch6-score-ema", word, number)
+
+
+def bema_claim(grid: Mapping[object, Run]) -> Claim:
+    """"BEMA helps": BEMA against the raw weights per configuration (seed means), and against EMA."""
+    runs = list(grid.values())
+    vs_ema = np.array([r.mean_tv("bema", "train").mean() - r.mean_tv("ema", "train").mean() for r in runs])
+    train = np.array([r.mean_tv("bema", "train").mean() - r.mean_tv("raw", "train").mean() for r in runs])
+    beyond = np.array([-r.gain("beyond", "bema").mean() for r in runs])  # > 0: worse than raw
+    everywhere = bool((train < 0).all() and (beyond < 0).all())
+    somewhere = bool((train < 0).any() or (beyond < 0).any())
+    L, n_seeds = runs[0].train_length, len(runs[0].results.seeds)
+    number = (
+        f"BEMA minus raw mean TV over {len(runs)} configurations x {n_seeds} seeds (negative = better): "
+        f"{train.min():+.3f} to {train.max():+.3f} at s <= {L}, "
+        f"{beyond.min():+.3f} to {beyond.max():+.3f} beyond; worse than EMA at s <= {L} "
+        f"in every configuration (by at least {vs_ema.min():.3f})"
+    )
+    return Claim("ch6-score-bema", verdict(everywhere, partly=somewhere), number)
+
+
+def temperature_claim(
+    matched: Sequence[bool], best_gap: Mapping[str, np.ndarray], scales: Sequence[float], train_length: int
+) -> Claim:
+    """"EMA's gain is not just a logit-temperature change": ``matched`` per model (some scale of
+    the raw logits reaches EMA's TV on both length ranges), ``best_gap`` (raw minus EMA beyond, each
+    at its best scale) per norm."""
+    n, hits = len(matched), int(sum(matched))
+    number = (
+        f"no logit factor c in {scales[0]:g}-{scales[-1]:g} gives the raw weights EMA's TV on both length "
+        f"ranges in {n - hits}/{n} models; each at its own best c beyond s = {train_length}, EMA still "
+        f"lower by at least {best_gap['none'].min():.3f} (no norm) and {best_gap['attn_out'].min():.3f} (attn_out)"
+    )
+    return Claim("ch6-score-temperature", verdict(hits == 0, partly=hits < n / 2), number)
+
+
+def search_claim(
+    importance: Mapping[str, Mapping[str, float]],
+    ema_beyond: tuple[float, float, float],
+    dropout_slope: float,
+    n_runs: int,
+    n_seeds: int,
+    steps: int,
+    train_length: int,
+) -> Claim:
+    """v1's random search: dropout and EMA improve length generalisation. A gain beyond the
+    training lengths counts only if sizable: EMA's mean paired change below -0.01, dropout's
+    slope below -0.1 TV per unit rate."""
+    ema_helps, dropout_helps = ema_beyond[0] < -0.01, dropout_slope < -0.1
+    beyond = importance["tv_beyond"]
+    number = (
+        f"{n_runs} runs x EMA off/on, {n_seeds} seeds, {steps} steps: share of variance beyond "
+        f"s = {train_length} norm {beyond['norm']:.2f}, EMA {beyond['ema']:.2f}, "
+        f"dropout {beyond['dropout']:.2f}; EMA changes TV beyond by {signed(ema_beyond[0], 3)} "
+        f"(95% CI {signed(ema_beyond[1], 3)} to {signed(ema_beyond[2], 3)}); "
+        f"dropout slope {signed(dropout_slope, 2)} TV per unit rate"
+    )
+    return Claim("ch6-score-search", verdict(ema_helps and dropout_helps, partly=ema_helps or dropout_helps), number)
