@@ -427,12 +427,15 @@ def comparison_numbers(comparison: NormComparison) -> dict[str, float]:
     }
 
 
-def ln_gap_numbers(raw_gap: np.ndarray, ln_gap_measured: np.ndarray, bound: float) -> dict[str, float]:
-    """The LN-gap numbers the prose quotes, at v = 16 (glue name -> value): ``raw_gap`` and
-    ``ln_gap_measured`` are :class:`LnGapCheck`'s ``raw_gap`` and ``measured``, [15]."""
+def ln_gap_numbers(
+    raw_gap: np.ndarray, ln_gap_measured: np.ndarray, bound: float
+) -> dict[str, float]:
+    """The LN-gap numbers the prose quotes (glue name -> value): ``raw_gap`` and
+    ``ln_gap_measured`` are :class:`LnGapCheck`'s ``raw_gap`` and ``measured``, [v-1]; the
+    middle one is at s = v/2."""
     return {
         "ch3_ln_bound": float(f"{bound:.0e}"),
         "ch3_ln_gap_s1": round(float(ln_gap_measured[0]), 3),
-        "ch3_ln_gap_mid": round(float(ln_gap_measured[7]), 3),
+        "ch3_ln_gap_mid": round(float(ln_gap_measured[len(ln_gap_measured) // 2]), 3),
         "ch3_raw_gap_last": round(float(raw_gap[-1]), 3),
     }
