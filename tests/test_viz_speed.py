@@ -69,3 +69,18 @@ def test_fast_path_draws_three_bars_per_chapter_and_the_limit():
 def test_fast_path_rows_need_every_column():
     with pytest.raises(ValueError, match="fast-path rows lack \\['limit_ms'\\]"):
         plot_fast_path([{k: v for k, v in FAST_PATH[0].items() if k != "limit_ms"}], title="paths")
+
+
+def test_machine_summary_load_text_and_load_results(tmp_path):
+    import json
+
+    from lengthgen_lite.viz import speed
+
+    machine = {"cpu": "x", "cores": 2, "torch_threads": 1, "load_before": [0.51, 1.0, 2.25], "load_after": [1, 1, 1]}
+    assert list(speed.machine_summary(machine)) == [
+        "CPU", "cores", "torch threads", "load average before (1, 5, 15 min)", "after"
+    ]
+    assert speed.load_text(machine["load_before"]) == "0.5, 1.0, 2.2"
+    path = tmp_path / "speed.json"
+    path.write_text(json.dumps({"machine": machine}))
+    assert speed.load_results(path)["machine"] == machine

@@ -439,3 +439,14 @@ def ln_gap_numbers(
         "ch3_ln_gap_mid": round(float(ln_gap_measured[len(ln_gap_measured) // 2]), 3),
         "ch3_raw_gap_last": round(float(raw_gap[-1]), 3),
     }
+
+
+def counterexample_numbers(margin: np.ndarray, law: np.ndarray) -> dict[str, float]:
+    """The counterexample's numbers the prose quotes (glue name -> value): where its margin
+    [v-1] first turns negative, its last margin, and the law 2C/s there."""
+    negative = np.flatnonzero(margin < 0) + 1  # lengths s with a negative margin
+    return {
+        "ch3_counter_first_negative": int(negative[0]),
+        "ch3_counter_margin_last": round(float(margin[-1]), 3),
+        "ch3_law_last": round(float(law[-1]), 3),
+    }

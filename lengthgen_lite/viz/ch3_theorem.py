@@ -256,3 +256,26 @@ def plot_ln_gap(s: np.ndarray, raw_gap: np.ndarray, ln_gap_measured: np.ndarray,
         ylabel="present minus absent (logit units / g)",
         title=f"The LN gap in the real model (v = {v}, uniform attention)",
     )
+
+
+def plot_margins(
+    s: np.ndarray,
+    margins: Mapping[str, np.ndarray],
+    law: np.ndarray,
+    *,
+    title: str,
+    zero: bool = False,
+) -> Axes:
+    """Margins (smallest absent minus largest present logit) against ``s`` beside the law
+    2C/s (and the zero margin if ``zero``), lengths 1-2 shaded as the fitted ones."""
+    references = {"the law 2C/s": law}
+    if zero:
+        references["zero margin"] = np.zeros_like(law)
+    return plot_length_curves(
+        s,
+        margins,
+        references=references,
+        ylabel="margin: min absent - max present logit",
+        title=title,
+        train_length=2,
+    )

@@ -5,6 +5,8 @@ Both read the results file that `make bench` writes (`benchmarks/speed.py`); not
 
 from __future__ import annotations
 
+import json
+import pathlib
 from typing import Any, Mapping, Sequence
 
 import numpy as np
@@ -80,3 +82,24 @@ def plot_fast_path(rows: Sequence[Mapping[str, Any]], *, title: str) -> Figure:
     ax.set_ylabel("CPU ms per seed-step, one thread")
     ax.legend(fontsize="small")
     return fig
+
+
+def load_results(path: str | pathlib.Path) -> dict[str, Any]:
+    """The results file that `make bench` writes (``benchmarks/results/speed.json``)."""
+    return json.loads(pathlib.Path(path).read_text())
+
+
+def machine_summary(machine: Mapping[str, Any]) -> dict[str, Any]:
+    """The machine the benchmarks ran on, as the speed page lists it (label -> value)."""
+    return {
+        "CPU": machine["cpu"],
+        "cores": machine["cores"],
+        "torch threads": machine["torch_threads"],
+        "load average before (1, 5, 15 min)": machine["load_before"],
+        "after": machine["load_after"],
+    }
+
+
+def load_text(load: Sequence[float]) -> str:
+    """Load averages as the prose quotes them: ``"0.5, 0.7, 0.9"``."""
+    return ", ".join(f"{x:.1f}" for x in load)
