@@ -51,11 +51,11 @@ def train_baseline(
     return train(model_cfg, task, train_cfg, seeds, progress=progress, desc=f"{targets} targets, norm={norm}")
 
 
-# --- what chapter 1 reads off the baseline (notebook 01) -------------------------------------
+# --- what chapter 1 reads off the baseline (notebook 01) ------------------------------
 
 
 def greedy_prediction(seen: Tensor) -> Tensor:
-    """All probability on the smallest legal (unseen) token: [..., v] bool -> [..., v] float.
+    """All probability on the smallest legal (unseen) token: [..., v] bool -> float.
 
     The model that top-1 accuracy calls perfect and TV calls far from p*."""
     return torch.nn.functional.one_hot((~seen).int().argmax(dim=-1), seen.shape[-1]).float()
@@ -64,8 +64,8 @@ def greedy_prediction(seen: Tensor) -> Tensor:
 def prediction_columns(
     probs: Tensor, targets: Tensor, seen: Tensor
 ) -> dict[str, np.ndarray]:
-    """Top-1 accuracy, TV and invalid mass of predictions ``probs`` [batch, s, v], means over
-    the batch: the columns of chapter 1's first table, [s] each."""
+    """Top-1 accuracy, TV and invalid mass of predictions ``probs`` [batch, s, v], means
+    over the batch: the columns of chapter 1's first table, [s] each."""
     return {
         "top-1 accuracy": metrics.top1_legal(probs, seen).mean(0).numpy(),
         "TV": metrics.total_variation(probs, targets).mean(0).numpy(),
@@ -101,7 +101,7 @@ def length_numbers(tables: Sequence[LengthTable], train_length: int) -> dict[str
     train_length = require_int("train_length", train_length, 1)
     tv, invalid = stack_metric(tables, "tv"), stack_metric(tables, "invalid_mass")
     top1, s = stack_metric(tables, "top1_legal"), tables[0].s
-    imperfect = s[(top1 < 1).any(axis=0)]  # lengths where some seed's argmax is sometimes illegal
+    imperfect = s[(top1 < 1).any(axis=0)]  # some seed's argmax sometimes illegal here
     last_perfect = int(imperfect.min()) - 1 if len(imperfect) else int(s[-1])
     beyond_gap = np.abs(tv - invalid)[:, train_length:].max()
     return {
@@ -136,7 +136,7 @@ def summary_columns(spread: SeedSpread) -> dict[str, np.ndarray]:
 
 
 def fails_long_margin(tables: Sequence[LengthTable]) -> np.ndarray:
-    """TV at the longest length minus 0.5, per seed: [K], > 0 where the seed fails there."""
+    """TV at the longest length minus 0.5, per seed: [K], > 0 where a seed fails there."""
     return stack_metric(tables, "tv")[:, -1] - 0.5
 
 

@@ -65,7 +65,7 @@ def scaled_min_weight(pattern: np.ndarray) -> np.ndarray:
     return np.array([((q + 1) * pattern[:, q, :q].min(axis=-1)).mean() for q in range(1, length)])
 
 
-# --- the chapter's measurements on trained models (notebook 02) ----------------------------
+# --- the chapter's measurements on trained models (notebook 02) ----------------------
 
 
 def departure_from_uniform(
@@ -168,7 +168,7 @@ def gap_exponents(
 
 
 def spread_numbers(spreads: Mapping[str, Spread], v: int) -> dict[str, float]:
-    """The dispersion numbers the chapter's prose quotes (glue name -> rounded value)."""
+    """The dispersion numbers the chapter's prose quotes (glue name -> value)."""
     numbers = {}
     for name, key in (("soft targets", "soft"), ("sampled targets", "sampled")):
         numbers[f"ratio_min_{key}"] = round(float(spreads[name].ratio.min()), 3)

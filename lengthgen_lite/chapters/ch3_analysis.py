@@ -207,7 +207,7 @@ def dimension_sweep(
     )
 
 
-# --- what chapter 3 reads off its width sweeps, and its scorecard rows (notebook 03) ---------
+# --- what chapter 3 reads off its width sweeps, and its scorecard rows (notebook 03) -
 
 
 def fits_at(sweeps: Mapping[int, DimensionSweep], threshold: float, offset: int) -> dict[int, int]:
@@ -287,8 +287,9 @@ class TiedPairSurvey:
     lines: list[str]  # one table row per stalled run
     stalled_total: int
     one_pair_total: int  # stalled runs explained by one tied pair
-    stall_over_plateau: dict[int, float]  # v -> median stalled excess / the d = v-2 plateau
-    example: tuple[int, TiedPair] | None  # the first v = 8 run with one tied pair: (seed index, pair)
+    stall_over_plateau: dict[int, float]  # v -> median stalled excess / d = v-2 plateau
+    # the first v = 8 run with one tied pair: (seed index, pair)
+    example: tuple[int, TiedPair] | None
 
 
 def tied_pair_survey(sweeps: Mapping[int, DimensionSweep], threshold: float) -> TiedPairSurvey:

@@ -264,7 +264,7 @@ def margins_all_inputs(model: nn.Module, v: int, s: int) -> Tensor:
     return prefix_margins(model, enumerate_sequences(v, s))[:, -1]
 
 
-# --- the chapter's checks of the construction, and its scorecard rows (notebook 03) -----------
+# --- the chapter's checks of the construction, and its scorecard rows (notebook 03) -
 
 
 @dataclass(frozen=True)
@@ -280,7 +280,7 @@ class ConstructionCheck:
     absent_spread: float  # largest spread of the absent logits, prefixes of 0, 1, ..., v-2
 
     def row(self) -> str:
-        """One line of the chapter's table (v, d_model, d_head, the ranks, the precision)."""
+        """One row of the chapter's table: v, d_model, d_head, the ranks, the precision."""
         b, d, both = self.ranks
         return (
             f"{self.v:2d}  {self.d_model:7d}  {self.d_head:6d}  {b:6d}  {d:6d}  {both:9d}"
@@ -314,7 +314,7 @@ def check_construction(v: int, C: float) -> ConstructionCheck:
 
 @dataclass(frozen=True)
 class MarginCheck:
-    """Every margin of the construction against the law 2C/s (s >= 2; c + delta at s = 1)."""
+    """Every margin of the construction against the law (2C/s; c + delta at s = 1)."""
 
     n_checked: int  # margins compared
     max_deviation: float  # largest |margin - law| over them
@@ -349,8 +349,8 @@ def check_margins(
 
 
 def precision_claim(check: MarginCheck, exact: float) -> Claim:
-    """Scorecard: precision 2C/s at length s, exactly, on the construction. The book built the
-    model to have it, so the row is a demonstration, not a replication."""
+    """Scorecard: precision 2C/s at length s, exactly, on the construction. The book
+    built the model to have it, so the row is a demonstration, not a replication."""
     number = (
         f"{check.n_checked} margins of the hand-built model (every input for v = 4, 8; every "
         f"prefix of 2000 permutations for v = 16; C = 0.5, 1, 2): all equal 2C/s (s ≥ 2) to "
@@ -361,12 +361,12 @@ def precision_claim(check: MarginCheck, exact: float) -> Claim:
 
 @dataclass(frozen=True)
 class LnGapCheck:
-    """The token-space construction with LN on the attention output, on 0, 1, ..., v-2."""
+    """The token-space construction with LN on the attention output, on 0, ..., v-2."""
 
-    measured: np.ndarray  # [v-1] the gap read off the logits (margin / g, minus 1 at s = 1)
+    measured: np.ndarray  # [v-1] the gap off the logits (margin / g, minus 1 at s = 1)
     relative: np.ndarray  # [v-1] |measured / (v / sqrt(s (v - s))) - 1|
     bound: float  # LayerNorm's eps, relative, at its worst (s = v-1)
-    raw_gap: np.ndarray  # [v-1] present minus absent feature before the norm, / VALUE_SCALE
+    raw_gap: np.ndarray  # [v-1] present minus absent feature, before the norm, / k
     uniform: bool  # attention exactly 1/s on the s seen tokens, every s
     two_values: float  # largest spread within the present and within the absent features
     step_error: float  # largest |raw_gap - 1/s|

@@ -241,7 +241,9 @@ def theorem_live_slider(
     return live_slider(draw, {"v": vs, "C": Cs, "s": list(range(1, max(vs)))})
 
 
-def plot_ln_gap(s: np.ndarray, raw_gap: np.ndarray, ln_gap_measured: np.ndarray, v: int) -> Axes:
+def plot_ln_gap(
+    s: np.ndarray, raw_gap: np.ndarray, ln_gap_measured: np.ndarray, v: int
+) -> Axes:
     """The present-minus-absent gap of the LN construction before the norm (1/s) and read off
     the logits after it (v / sqrt(s (v - s))), against ``s``."""
     curves = {

@@ -106,7 +106,7 @@ def load_text(load: Sequence[float]) -> str:
 
 
 def batching_numbers(results: Mapping[str, Any]) -> dict[str, Any]:
-    """The batching numbers the speed page quotes (glue name -> value), from the results."""
+    """The batching numbers the speed page quotes (glue name -> value)."""
     import pandas as pd
 
     batching = pd.DataFrame(results["batching"])
@@ -145,7 +145,9 @@ FAST_PATH_COLUMNS = (
 )
 
 
-def fast_path_numbers(fast: Mapping[str, Any], chapter: str = "ch5 post-norm") -> dict[str, Any]:
+def fast_path_numbers(
+    fast: Mapping[str, Any], chapter: str = "ch5 post-norm"
+) -> dict[str, Any]:
     """The fast-path numbers the speed page quotes for ``chapter`` (glue name -> value)."""
     (row,) = [row for row in fast["rows"] if row["chapter"] == chapter]
     return {
