@@ -112,7 +112,7 @@ def test_the_layering_rule_covers_the_whole_package():
 def test_chapters_import_only_core_runs_and_earlier_chapters(path):
     own = chapter_number(path.stem)
     for name in package_imports(path):
-        if name.startswith(("core", "runs")):
+        if name.startswith(("core", "runs")):  # the floors below: core -> runs -> chapters
             continue
         assert name.startswith("chapters.ch"), f"{path.stem} imports {name}: chapters build on core and runs"
         assert chapter_number(name) <= own, f"{path.stem} imports the later chapter {name}"
