@@ -16,9 +16,9 @@ from lengthgen_lite.chapters.ch4_vanishing_variance import (
     stack_field,
     standardize,
 )
-from lengthgen_lite.core.model import RetrievalTransformer, retrieval_config
+from lengthgen_lite.core.model import run_with_hooks
+from lengthgen_lite.core.retrieval import ArgmaxRetrieval, DictionaryLookup, RetrievalTransformer, retrieval_config
 from lengthgen_lite.core.seeding import make_generator, seed_everything
-from lengthgen_lite.core.tasks import ArgmaxRetrieval, DictionaryLookup
 from lengthgen_lite.core.training import TrainConfig, train
 
 
@@ -141,8 +141,7 @@ def test_baseline_tables_have_no_normed_statistics_and_scaling_changes_outputs()
     scaled = evaluate_retrieval(model, DICT, [8], n_samples=50, scale=[2.0])
     assert scaled.global_var[0] == pytest.approx(4 * table.global_var[0], rel=1e-5)  # the hook scales attn_out
     inputs = DICT.sample_train_batch(3, 8, make_generator(0)).inputs
-    with scaled_attention_output(model, 0.0):
-        zeroed = model(inputs)
+    zeroed = run_with_hooks(model, inputs, scaled_attention_output(0.0))
     assert not torch.allclose(zeroed, model(inputs))  # and the hook is gone afterwards
     assert not any(m._forward_hooks for m in model.modules())
 

@@ -20,7 +20,7 @@ from lengthgen_lite.chapters.ch6_ema import (
 )
 from lengthgen_lite.core.averaging import make_ema
 from lengthgen_lite.core.evaluation import evaluate_set_complement
-from lengthgen_lite.core.model import ModelConfig, Transformer
+from lengthgen_lite.core.model import ModelConfig, Transformer, init_model
 from lengthgen_lite.core.seeding import make_generator, seed_everything
 from lengthgen_lite.core.tasks import SetComplement, sample_next_tokens
 from lengthgen_lite.core.training import TrainConfig, train, training_loss
@@ -125,8 +125,7 @@ MODEL = ModelConfig(vocab_size=8, d_model=16)
 
 
 def fresh_model(seed=0):
-    seed_everything(2 * seed)  # as train does for seed `seed`
-    return Transformer(MODEL)
+    return init_model(MODEL, seed)  # the start train uses for seed `seed`
 
 
 def test_training_loss_is_the_loss_train_reports():

@@ -7,7 +7,7 @@ uniform weights ``Var(o_j) = sigma_j^2 / N``; with weights independent of zero-m
 ``o`` so a notebook can check both; ``shift_statistics`` summarises any [samples, d] set of outputs.
 
 The retrieval model itself (``RetrievalTransformer``, ``retrieval_config``) and the two tasks live
-in :mod:`lengthgen_lite.core`; here every variant is trained (:func:`run_variants`) and read at
+in :mod:`lengthgen_lite.core.retrieval`; here every variant is trained (:func:`run_variants`) and read at
 every set size N (:func:`evaluate_retrieval`): accuracy, attention, and the shift statistics before
 (``blocks.0.hook_attn_out``) and after (``blocks.0.ln_attn_out.hook_normalized``) the norm.
 """
@@ -15,9 +15,8 @@ every set size N (:func:`evaluate_retrieval`): accuracy, attention, and the shif
 from __future__ import annotations
 
 import math
-from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Iterator, Sequence
+from typing import Sequence
 
 import numpy as np
 import torch
@@ -25,9 +24,15 @@ from torch import Tensor, nn
 
 from ..core import metrics
 from ..core.evaluation import loglog_slope
-from ..core.model import RETRIEVAL_VARIANTS, RetrievalTransformer, retrieval_config, run_with_cache
+from ..core.model import HookFn, hook_names, run_with_cache
+from ..core.retrieval import (
+    RETRIEVAL_VARIANTS,
+    ArgmaxRetrieval,
+    RetrievalTask,
+    RetrievalTransformer,
+    retrieval_config,
+)
 from ..core.seeding import make_generator
-from ..core.tasks import ArgmaxRetrieval, RetrievalTask
 from ..core.training import TrainConfig, TrainResult, train
 
 
@@ -142,19 +147,14 @@ RETRIEVAL_TRAIN = TrainConfig(steps=1000, batch=64, lr=3e-3, warmup=100, schedul
 TEST_SIZES = (8, 16, 32, 64, 128, 256, 512, 1024)
 
 
-@contextmanager
-def scaled_attention_output(model: nn.Module, scale: float | Tensor) -> Iterator[None]:
-    """Multiply layer 0's attention output (before any norm) by ``scale`` while the context is open.
+def scaled_attention_output(scale: float | Tensor) -> dict[str, HookFn]:
+    """Hooks (for ``run_with_hooks``/``run_with_cache``) multiplying layer 0's attention output
+    (before any norm) by ``scale``.
 
     An intervention, not a recording: it tests whether restoring the output's scale alone restores
     accuracy. ``scale`` is a number or a tensor broadcasting against [batch, pos, d_model].
     """
-    hook = dict(model.named_modules())[ATTN_OUT]
-    handle = hook.register_forward_hook(lambda _m, _i, out: out * scale)
-    try:
-        yield
-    finally:
-        handle.remove()
+    return {ATTN_OUT: lambda out, _name: out * scale}
 
 
 EVAL_CHUNK = 100  # test sets per forward: at N = 1024 one forward over all 500 costs as much again in fresh memory pages
@@ -165,10 +165,13 @@ def _check_chunk(chunk: int) -> None:
         raise ValueError(f"chunk must be a positive int (test sets per forward), got {chunk!r}")
 
 
-def _forward_chunked(model: nn.Module, inputs: Tensor, names: Sequence[str], chunk: int) -> tuple[Tensor, dict[str, Tensor]]:
-    """``run_with_cache`` on ``chunk`` sets at a time, concatenated: the same numbers as one forward
-    (every set is processed on its own), at a fraction of the memory traffic for large N."""
-    parts = [run_with_cache(model, x, names=names) for x in inputs.split(chunk)]
+def _forward_chunked(
+    model: nn.Module, inputs: Tensor, names: Sequence[str], chunk: int, hooks: dict[str, HookFn] | None = None
+) -> tuple[Tensor, dict[str, Tensor]]:
+    """``run_with_cache`` (with ``hooks``, if any) on ``chunk`` sets at a time, concatenated: the
+    same numbers as one forward (every set is processed on its own), at a fraction of the memory
+    traffic for large N."""
+    parts = [run_with_cache(model, x, names=names, hooks=hooks) for x in inputs.split(chunk)]
     return torch.cat([p[0] for p in parts]), {name: torch.cat([p[1][name] for p in parts]) for name in names}
 
 
@@ -216,13 +219,13 @@ def evaluate_retrieval(
     _check_chunk(chunk)
     if scale is not None and len(scale) != len(sizes):
         raise ValueError(f"scale must have one entry per size ({len(sizes)}), got {len(scale)}")
-    normed = NORMED in dict(model.named_modules())
+    normed = NORMED in hook_names(model)
     names = [PATTERN, ATTN_OUT] + ([NORMED] if normed else [])
     rows: dict[str, list] = {}
     for i, N in enumerate(sizes):
         batch = task.sample_train_batch(n_samples, N, make_generator(seed * 100_003 + N))
-        with scaled_attention_output(model, 1.0 if scale is None else float(scale[i])):
-            logits, cache = _forward_chunked(model, batch.inputs, names, chunk)
+        hooks = scaled_attention_output(1.0 if scale is None else float(scale[i]))
+        logits, cache = _forward_chunked(model, batch.inputs, names, chunk, hooks)
         pattern = cache[PATTERN][:, :, -1]  # [samples, head, N + 1] (the query's row)
         target = task.target_item(batch.inputs)  # [samples]
         on_target = pattern.gather(-1, target.view(-1, 1, 1).expand(-1, pattern.shape[1], 1)).squeeze(-1)
@@ -256,7 +259,7 @@ def attention_output_samples(
     """The query's attention output on ``n_samples`` test sets of size N, before and after the norm:
     ([samples, d_model], [samples, d_model] or None without a norm). Same test sets as evaluate_retrieval."""
     _check_chunk(chunk)
-    normed = NORMED in dict(model.named_modules())
+    normed = NORMED in hook_names(model)
     batch = task.sample_train_batch(n_samples, N, make_generator(seed * 100_003 + N))
     _, cache = _forward_chunked(model, batch.inputs, [ATTN_OUT] + ([NORMED] if normed else []), chunk)
     return cache[ATTN_OUT][:, -1], cache[NORMED][:, -1] if normed else None
