@@ -31,7 +31,7 @@ import numpy as np
 from . import __version__
 from .core.averaging import make_bema, make_ema
 from .core.evaluation import evaluate_seeds
-from .core.model import ModelConfig, NormPlacement
+from .core.model import PLACEMENTS, ModelConfig
 from .core.tasks import SetComplement
 from .core.training import AveragerFactory, TargetKind, TrainConfig, train
 
@@ -40,7 +40,7 @@ METRICS = ("tv", "invalid_mass", "logit_gap", "entropy_ratio")  # per-length met
 KEY_COLUMNS = ("norm", "targets", "variant", "seed", "s")  # what identifies one row
 BACKENDS = ("local", "ray")
 RAY_ENV = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}  # one torch thread in every Ray worker
-_PLACEMENTS: tuple[str, ...] = get_args(NormPlacement)
+_PLACEMENTS: tuple[str, ...] = PLACEMENTS
 _TARGETS: tuple[str, ...] = get_args(TargetKind)
 
 

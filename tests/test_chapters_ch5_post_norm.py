@@ -185,5 +185,5 @@ def test_run_placement_builds_a_deeper_model():
     assert run.label == "norm=post, d_mlp=32" and run.result.models[0].cfg.d_mlp == 32
     assert summary_rows([run])[0]["d_mlp"] == 32
     assert run_placement("pre", "soft", seeds=[0], steps=2, n_layers=2, progress=False).label == "norm=pre, layers=2"
-    with pytest.raises(ValueError, match="d_mlp must be an int >= 0"):
+    with pytest.raises(ValueError, match="d_mlp must be an int(eger)? >= 0"):
         run_placement("post", "soft", seeds=[0], steps=2, d_mlp=-1, progress=False)

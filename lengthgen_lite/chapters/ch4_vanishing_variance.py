@@ -34,6 +34,7 @@ from ..core.retrieval import (
 )
 from ..core.seeding import make_generator
 from ..core.training import TrainConfig, TrainResult, train
+from ..core.validation import is_int
 
 
 @dataclass(frozen=True)
@@ -61,7 +62,7 @@ class RandomHead:
 
 def random_head(d_model: int = 64, seed: int = 0) -> RandomHead:
     """The head's weights, fixed by ``seed`` (its own generator: independent of the items' stream)."""
-    if not isinstance(d_model, int) or isinstance(d_model, bool) or d_model < 1:
+    if not is_int(d_model) or d_model < 1:
         raise ValueError(f"d_model must be a positive int, got {d_model!r}")
     g = make_generator(seed)
     w_q, w_k, w_v = (torch.randn(d_model, d_model, generator=g) / math.sqrt(d_model) for _ in range(3))
@@ -90,7 +91,7 @@ def random_head_outputs(
     memory instead of fresh pages from the system (at N = 1024 that halves the cost).
     """
     for name, value in (("N", N), ("n_sequences", n_sequences), ("chunk", chunk)):
-        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        if not is_int(value) or value < 1:
             raise ValueError(f"{name} must be a positive int, got {value!r}")
     if not math.isfinite(logit_scale) or logit_scale < 0:
         raise ValueError(f"logit_scale must be a finite number >= 0, got {logit_scale!r}")
@@ -161,7 +162,7 @@ EVAL_CHUNK = 100  # test sets per forward: at N = 1024 one forward over all 500 
 
 
 def _check_chunk(chunk: int) -> None:
-    if not isinstance(chunk, int) or isinstance(chunk, bool) or chunk < 1:
+    if not is_int(chunk) or chunk < 1:
         raise ValueError(f"chunk must be a positive int (test sets per forward), got {chunk!r}")
 
 
@@ -214,7 +215,7 @@ def evaluate_retrieval(
     attention output at ``sizes[i]`` (see :func:`scaled_attention_output`). ``chunk`` test sets
     run per forward; it changes the cost, not the numbers.
     """
-    if not sizes or any(not isinstance(n, int) or n < 1 for n in sizes):
+    if not sizes or any(not is_int(n) or n < 1 for n in sizes):
         raise ValueError(f"sizes must be a non-empty list of positive ints, got {sizes!r}")
     _check_chunk(chunk)
     if scale is not None and len(scale) != len(sizes):
@@ -334,7 +335,7 @@ def argmax_near_misses(
     chunk: int = EVAL_CHUNK,
 ) -> NearMisses:
     """Are the errors confusions with the next-highest priorities (near-ties), or arbitrary?"""
-    if not isinstance(runners_up, int) or not 1 <= runners_up < N:
+    if not is_int(runners_up) or not 1 <= runners_up < N:
         raise ValueError(f"runners_up must be an int in 1..N-1 = 1..{N - 1}, got {runners_up!r}")
     _check_chunk(chunk)
     batch = task.sample_train_batch(n_samples, N, make_generator(seed * 100_003 + N))

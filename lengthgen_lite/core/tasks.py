@@ -47,13 +47,6 @@ class Task(Protocol):
     # equal to stacking ``sample_train_batch`` per generator. ``train`` uses it when present (faster).
 
 
-def check_int(name: str, value: object, minimum: int, maximum: int | None = None) -> None:
-    """Raise ``ValueError`` naming ``name`` unless ``value`` is an int in ``minimum..maximum``."""
-    if not is_int(value) or value < minimum or (maximum is not None and value > maximum):
-        allowed = f">= {minimum}" if maximum is None else f"in {minimum}..{maximum}"
-        raise ValueError(f"{name} must be an int {allowed}, got {value!r}")
-
-
 def _check_positive_int(name: str, value: int) -> None:
     if not is_int(value) or value < 1:
         raise ValueError(f"{name} must be a positive int, got {value!r}")

@@ -48,6 +48,7 @@ from tqdm.auto import tqdm
 from .model import ModelConfig, Transformer, init_model
 from .seeding import make_generator
 from .tasks import Batch, NoiseSampler, Task, pick_next_tokens, sample_next_tokens, token_noise
+from .validation import is_int
 
 TargetKind = Literal["soft", "sampled"]
 Schedule = Literal["constant", "cosine"]
@@ -77,9 +78,9 @@ class TrainConfig:
     def __post_init__(self) -> None:
         for name in ("steps", "batch"):
             value = getattr(self, name)
-            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+            if not is_int(value) or value < 1:
                 raise ValueError(f"{name} must be a positive int, got {value!r}")
-        if not isinstance(self.warmup, int) or not 0 <= self.warmup <= self.steps:
+        if not is_int(self.warmup) or not 0 <= self.warmup <= self.steps:
             raise ValueError(f"warmup must be an int in 0..steps={self.steps}, got {self.warmup!r}")
         if not self.lr > 0:
             raise ValueError(f"lr must be positive, got {self.lr!r}")
