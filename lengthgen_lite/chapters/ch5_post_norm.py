@@ -19,11 +19,12 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 import torch
-from torch import Tensor, nn
+from torch import nn
 
 from ..core import metrics
 from ..core.evaluation import LengthTable, evaluate_seeds, seed_values
-from ..core.model import PLACEMENTS, HookFn, hooks_installed, run_with_cache, run_with_hooks
+from ..core.model import PLACEMENTS  # noqa: F401  (chapter 5 runs every placement; re-exported)
+from ..core.model import HookFn, hooks_installed, run_with_cache, run_with_hooks
 from ..core.seeding import make_generator
 from ..core.tasks import sample_sequences, seen_mask
 from ..core.training import TargetKind, TrainResult, train
