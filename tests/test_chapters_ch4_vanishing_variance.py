@@ -294,3 +294,18 @@ def test_shift_ratios_glue_and_rows():
     assert [r.key for r in rows] == ["ch4-score-shift", "ch4-score-mean-drift"]
     assert rows[0].verdict == "reproduced" and rows[1].verdict == "not reproduced"
     assert "(12 models: 2 tasks, 3 variants, 2 seeds)" in rows[1].number
+
+
+def test_attention_collapse():
+    def run(mass, neff):
+        return _Run({"target_attention": np.array(mass), "n_eff": np.array(neff)})
+
+    variants = {"baseline": run([[0.8, 0.1], [0.6, 0.1]], [[2.0, 50.0], [2.0, 50.0]]),
+                "layernorm": run([[0.8, 0.12], [0.6, 0.12]], [[2.0, 60.0], [2.0, 60.0]]),
+                "standardize": run([[0.8, 0.1], [0.6, 0.1]], [[2.0, 55.0], [2.0, 55.0]])}
+    collapse = ch4.attention_collapse({"argmax retrieval": variants, "dictionary lookup": variants})
+    np.testing.assert_allclose(collapse.normed_gap["argmax retrieval", "layernorm"], [0.0, 0.2])
+    np.testing.assert_allclose(collapse.seed_spread["argmax retrieval", "standardize"], [0.4 / 0.7, 0.0])
+    assert collapse.neff_ratio_argmax == pytest.approx(1.1)
+    assert collapse.target_at_largest["dictionary lookup"] == pytest.approx(0.32 / 3)
+    assert collapse.neff_at_largest["argmax retrieval"] == pytest.approx(55.0)

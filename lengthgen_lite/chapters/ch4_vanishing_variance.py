@@ -562,3 +562,32 @@ def shift_glue(shift: ShiftRatios) -> dict[str, float]:
         "after_dict": round(float(mean_after["dictionary lookup"]), 2),
         "after_argmax": round(float(mean_after["argmax retrieval"]), 2),
     }
+
+
+@dataclass(frozen=True)
+class AttentionCollapse:
+    """How attention on the correct item and N_eff change with N, per task (every variant)."""
+
+    normed_gap: dict[tuple[str, str], np.ndarray]  # |normed - baseline| / baseline of the seed means [len(N)]
+    seed_spread: dict[tuple[str, str], np.ndarray]  # (range over seeds, normed + baseline) / baseline [len(N)]
+    target_at_largest: dict[str, float]  # mean over variants and seeds of the mass at the largest N
+    neff_at_largest: dict[str, float]  # ... of N_eff
+    neff_ratio_argmax: float  # argmax: the normed variants' N_eff at the largest N over the baseline's (min)
+
+
+def attention_collapse(runs: dict[str, dict[str, "VariantRun"]]) -> AttentionCollapse:
+    """:class:`AttentionCollapse` of ``runs[task][variant]`` (fields ``target_attention``, ``n_eff``)."""
+    normed_gap, seed_spread, target, neff = {}, {}, {}, {}
+    for t, variants in runs.items():
+        base_runs = variants["baseline"].field("target_attention")
+        base = base_runs.mean(0)
+        for v in ("layernorm", "standardize"):
+            runs_v = variants[v].field("target_attention")
+            normed_gap[t, v] = np.abs(runs_v.mean(0) - base) / base
+            seed_spread[t, v] = (np.ptp(runs_v, axis=0) + np.ptp(base_runs, axis=0)) / base
+        target[t] = float(np.mean([run.field("target_attention")[:, -1].mean() for run in variants.values()]))
+        neff[t] = float(np.mean([run.field("n_eff")[:, -1].mean() for run in variants.values()]))
+    a = runs["argmax retrieval"]
+    ratio = min(a[v].field("n_eff")[:, -1].mean() / a["baseline"].field("n_eff")[:, -1].mean()
+                for v in ("layernorm", "standardize"))
+    return AttentionCollapse(normed_gap, seed_spread, target, neff, float(ratio))
