@@ -13,18 +13,18 @@ both, and re-runs the model with the norm's divisor (its ``hook_scale``) frozen 
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 
 import numpy as np
 import torch
-from torch import nn
+from torch import Tensor, nn
 
 from ..core import metrics
 from ..core.evaluation import LengthTable, evaluate_seeds, seed_values
 from ..core.model import PLACEMENTS  # noqa: F401  (chapter 5 runs every placement; re-exported)
-from ..core.model import HookFn, hooks_installed, run_with_cache, run_with_hooks
+from ..core.model import hooks_installed, run_with_cache, run_with_hooks
 from ..core.seeding import make_generator
 from ..core.tasks import sample_sequences, seen_mask
 from ..core.training import TargetKind, TrainResult, train
@@ -151,7 +151,7 @@ def dropout_seed_values(rows: Sequence[dict[str, object]], column: str, targets:
     return seed_values(rows, column, targets=targets, norm="none", **rates)
 
 
-def frozen_divisor_hooks(name: str, divisor: float) -> dict[str, HookFn]:
+def frozen_divisor_hooks(name: str, divisor: float) -> dict[str, Callable[[Tensor, str], Tensor]]:
     """Hooks (for ``run_with_hooks``) that make the norm ``name`` divide by the constant
     ``divisor`` instead of each vector's own std (its ``hook_scale``); its centring, gain and bias
     are kept. Removes the rescaling and nothing else."""

@@ -43,7 +43,7 @@ import math
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Literal, TypeVar, get_args
+from typing import Literal, get_args
 
 import torch
 from torch import Tensor, nn
@@ -445,12 +445,9 @@ def run_with_hooks(model: nn.Module, inputs: Tensor, hooks: Mapping[str, HookFn]
         return model(inputs)
 
 
-M = TypeVar("M", bound=nn.Module)
-
-
 def init_model(
-    cfg: ModelConfig, seed: int, model_class: Callable[[ModelConfig], M] = Transformer  # type: ignore[assignment]
-) -> M:
+    cfg: ModelConfig, seed: int, model_class: Callable[[ModelConfig], nn.Module] = Transformer
+) -> nn.Module:
     """The initial weights of seed ``seed``: the one place they come from.
 
     :func:`~lengthgen_lite.core.training.train` starts seed k from ``init_model(cfg, k)``, so this

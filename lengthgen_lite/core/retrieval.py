@@ -199,6 +199,7 @@ class RetrievalTransformer(Transformer):
         nn.init.normal_(self.priority_embed.weight, std=1.0)  # as unit-variance as the token embeddings
 
     def forward(self, inputs: Tensor) -> Tensor:
+        """Packed items [batch, N + 1, 3] float -> logits at the query [batch, 1, n_outputs]."""
         if inputs.dim() != 3 or inputs.shape[-1] != len(RETRIEVAL_COLUMNS) or not inputs.is_floating_point():
             raise ValueError(
                 f"inputs must be packed items [batch, N + 1, {len(RETRIEVAL_COLUMNS)}] float, "
