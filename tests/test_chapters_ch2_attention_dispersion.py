@@ -43,3 +43,91 @@ def test_bad_inputs_raise():
         exponent_slack([2, 3], 0.5)
     with pytest.raises(ValueError, match="pattern"):
         scaled_min_weight(np.zeros((2, 3)))
+
+
+# --- the chapter's measurements and scorecard rows -------------------------------------------
+
+import torch  # noqa: E402
+
+from lengthgen_lite.chapters.ch2_attention_dispersion import (  # noqa: E402
+    departure_from_uniform,
+    dispersion_claim,
+    gap_claim,
+    gap_exponents,
+    gap_numbers,
+    implied_invalid_mass,
+    spread,
+    spread_numbers,
+)
+from lengthgen_lite.core.evaluation import METRICS, LengthTable  # noqa: E402
+from lengthgen_lite.core.model import ModelConfig, Transformer  # noqa: E402
+from lengthgen_lite.core.tasks import sample_sequences  # noqa: E402
+
+
+def uniform_model(v=6):
+    model = Transformer(ModelConfig(vocab_size=v, d_model=8))
+    with torch.no_grad():
+        model.blocks[0].attn.W_Q.weight.zero_()  # all scores 0: uniform attention
+    return model
+
+
+def uniform_tables(v=6, k=2):
+    s = np.arange(1, v)
+    values = {m: np.ones(v - 1) for m in METRICS}
+    values |= {"n_eff": s * 1.0, "max_attention": 1.0 / s}
+    return [LengthTable(s=s, **values) for _ in range(k)]
+
+
+def test_uniform_attention_departs_nowhere():
+    tokens = sample_sequences(6, 5, 20, torch.Generator().manual_seed(0))
+    departure, min_weight = departure_from_uniform([uniform_model(), uniform_model()], tokens)
+    assert departure.shape == (2, 2) and min_weight.shape == (2, 4)
+    np.testing.assert_allclose(departure, 0.0, atol=1e-6)
+    np.testing.assert_allclose(min_weight, 1.0, rtol=1e-6)
+    with pytest.raises(ValueError, match="at least one model"):
+        departure_from_uniform([], tokens)
+
+
+def test_spread_of_uniform_attention_and_its_numbers():
+    sp = spread(uniform_tables())
+    np.testing.assert_allclose(sp.entropy, np.log(np.arange(1, 6))[None].repeat(2, 0))
+    assert sp.ratio.shape == sp.n_eff.shape == sp.peak.shape == (2, 4)
+    np.testing.assert_allclose(sp.n_eff_ratio, 1.0)
+    np.testing.assert_allclose(sp.peak, 1.0)
+    numbers = spread_numbers({"soft targets": sp, "sampled targets": sp}, v=6)
+    assert numbers["ratio_min_soft"] == 1.0 and numbers["peak_max_sampled"] == 1.0
+    assert numbers["log_long"] == round(float(np.log(5)), 3)
+    margins, claim = dispersion_claim({"soft targets": sp, "sampled targets": sp})
+    np.testing.assert_allclose(margins, 1.0)  # 2 - s max a
+    assert claim.key == "ch2-score-dispersion" and claim.verdict == "reproduced"
+    assert "1.000 (soft targets)" in claim.number and "2 seeds each" in claim.number
+
+
+def test_gap_exponent_of_an_exact_power_law_and_the_gap_claim():
+    s = np.arange(1, 9)
+    gap = np.stack([3.0 / s, 2.0 / s])  # [K, v-1]: exactly 1/s
+    slopes, slack = gap_exponents(gap, np.ones((2, 7)), s)
+    np.testing.assert_allclose(slopes, -1.0)
+    np.testing.assert_allclose(slack, 0.0)  # s min a is flat: no allowance
+    faster = np.stack([3.0 / s**1.5, 2.0 / s**1.5])
+    runs = {"soft targets": slopes, "sampled targets": np.array([-1.5, -1.5])}
+    claim = gap_claim(runs, 0.1, v=9)
+    assert claim.verdict == "reproduced" and "s = 2..8: -1.00" in claim.number
+    assert gap_claim({**runs, "soft targets": np.array([-1.0, -1.3])}, 0.1, 9).verdict == (
+        "partly reproduced"
+    )
+    numbers = gap_numbers(
+        {"soft targets": gap, "sampled targets": faster},
+        runs,
+        {"soft targets": slack, "sampled targets": slack},
+        train_length=4,
+    )
+    assert numbers["C"] == 1.2 and numbers["flat_dev"] == 0.0  # mean gap at s = 2: 2.5 / 2
+    assert numbers["decay_sampled"] == round(float(np.sqrt(2 / 7)), 2)  # (2/7)^(1/2)
+    assert numbers["gap_soft_train"] == round(2.5 / 4, 2)
+
+
+def test_implied_invalid_mass():
+    gap = np.zeros((1, 5))  # no gap: every token equally likely, s of v seen
+    np.testing.assert_allclose(implied_invalid_mass(gap, 6), np.arange(1, 6)[None] / 6)
+    assert implied_invalid_mass(np.full(5, 50.0), 6).max() < 1e-20

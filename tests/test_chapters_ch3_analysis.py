@@ -127,3 +127,73 @@ def test_input_kl_tables_agree_with_the_excess_loss():
     assert mean == pytest.approx(excess, rel=1e-6)
     # by symmetry the construction is equally good on every length-2 input
     assert np.nanmax(two) - np.nanmin(two) < 1e-9
+
+
+# --- what the chapter reads off its sweeps (synthetic sweeps: no training) -------------------
+
+from lengthgen_lite.chapters import ch3_analysis as ch3a  # noqa: E402
+from lengthgen_lite.chapters.ch3_analysis import DimensionSweep, TiedPair  # noqa: E402
+
+
+def tied_table(v, pair=(0, 1)):
+    inside = np.isin(np.arange(v), pair)
+    kl = np.where(inside[:, None] ^ inside[None, :], TiedPair.split_cost(v), 0.0)
+    np.fill_diagonal(kl, np.nan)
+    return kl
+
+
+def fake_sweep(v, dims, fits_at_v_minus_1, K=4):
+    """Nothing fits below d = v-1, ``fits_at_v_minus_1`` seeds fit there, all fit above."""
+    excess = np.full((len(dims), K), 0.05)
+    at = dims.index(v - 1)
+    excess[at, :fits_at_v_minus_1] = 0.001
+    excess[at + 1 :] = 0.001
+    kl_two = np.zeros((len(dims), K, v, v))
+    kl_two[:] = tied_table(v)
+    return DimensionSweep(
+        v=v,
+        dims=np.array(dims),
+        seeds=np.arange(K),
+        best_excess=excess,
+        final_excess=excess,
+        final_margin=np.where(excess < 0.01, 1.0, -0.1),
+        curves=np.zeros((len(dims), 3, K)),
+        kl_length_one=np.zeros((len(dims), K, v)),
+        kl_length_two=kl_two,
+    )
+
+
+def sweeps():
+    return {6: fake_sweep(6, [4, 5, 6, 7], 1), 8: fake_sweep(8, [5, 6, 7, 8, 9], 0)}
+
+
+def test_sweep_counts_numbers_and_claims():
+    s = sweeps()
+    assert ch3a.fits_at(s, 0.01, -1) == {6: 1, 8: 0} and ch3a.fits_at(s, 0.01, 1) == {6: 4, 8: 4}
+    numbers = ch3a.sweep_numbers(s, 0.01)
+    assert list(numbers)[:3] == ["ch3_fit_at_v6", "ch3_fit_above_v6", "ch3_plateau_below_v6"]
+    assert numbers["ch3_plateau_below_v8"] == 0.05 and numbers["ch3_K"] == 4
+    assert numbers["ch3_fit_at_total"] == 1 and numbers["ch3_runs_at_total"] == 8
+    margins, claim = ch3a.lower_bound_claim(s, 0.01)
+    assert margins.shape == (3, 4) and np.allclose(margins, 0.04)  # d = 4 (v = 6); 5, 6 (v = 8)
+    assert claim.verdict == "reproduced"
+    assert claim.number.startswith("0/12 trained runs fit") and "(v = 6: d = 4; v = 8: d = 5, 6;" in claim.number
+    sufficient = ch3a.sufficient_claim(s, 0.01, precise=True)
+    assert sufficient.verdict == "demonstration"
+    assert "fits in 1/4 seeds (v = 6) and 0/4 (v = 8), at d = v+1 in 4/4 and 4/4" in sufficient.number
+    assert ch3a.sufficient_claim(s, 0.01, precise=False).verdict == "not reproduced"
+
+
+def test_tied_pair_survey_reads_every_stall():
+    s = sweeps()
+    survey = ch3a.tied_pair_survey(s, 0.01)
+    assert survey.stalled_total == 3 + 4 and survey.one_pair_total == 7
+    assert len(survey.lines) == 7 and survey.lines[0].endswith("<- one tied pair")
+    assert survey.lines[0].startswith(" 6     1  (0, 1)")
+    assert survey.stall_over_plateau == {6: 1.0, 8: 1.0}
+    k, pair = survey.example
+    assert k == 0 and pair.tokens == (0, 1)
+    tables = ch3a.kl_examples(s[8], 0.01, survey.example)
+    assert list(tables) == ["seed 0: stalled, tokens (0, 1) tied"]  # no run fits at v = 8, d = 7
+    tables = ch3a.kl_examples(s[6], 0.01, (1, pair))
+    assert list(tables)[1] == "seed 0: fitted"

@@ -269,3 +269,48 @@ def test_prefix_margins_match_margins_all_inputs():
     tokens = enumerate_sequences(v, 3)
     np.testing.assert_allclose(prefix_margins(model, tokens)[:, -1], margins_all_inputs(model, v, 3))
     assert prefix_margins(model, tokens).shape == (len(tokens), 3)
+
+
+# --- the chapter's checks of the construction, and its scorecard rows ------------------------
+
+from lengthgen_lite.chapters import ch3_construction as ch3c  # noqa: E402
+
+
+def test_check_construction_at_v_4():
+    check = ch3c.check_construction(4, 2.0)
+    assert check.centred and check.ranks == (3, 3, 3) and check.d_model == 3
+    assert check.precision == pytest.approx(2.0, abs=1e-9) and check.absent_spread < 1e-12
+    assert check.row() == " 4        3       3       3       3          3  2.000"
+
+
+def test_check_margins_and_the_precision_claim():
+    check = ch3c.check_margins(vs=(4, 5), Cs=(1.0,), exhaustive_up_to=4, n_random=10)
+    assert check.n_checked == (4 + 12 + 24) + 4 * 10  # every input of v = 4; 10 sequences of v = 5
+    assert check.max_deviation < 1e-12 and check.formula_error < 1e-12
+    claim = ch3c.precision_claim(check, 1e-12)
+    assert claim.key == "ch3-score-precision" and claim.verdict == "demonstration"
+    assert claim.number.startswith(f"{check.n_checked} margins") and claim.number.endswith("1e-12")
+    worse = ch3c.MarginCheck(check.n_checked, 1e-9, 0.0)
+    assert ch3c.precision_claim(worse, 1e-12).verdict == "not reproduced"
+
+
+def test_ln_gap_check_matches_the_formula():
+    check = ch3c.ln_gap_check(8, 2.0)
+    s = np.arange(1, 8)
+    assert check.relative.max() < check.bound + 1e-12
+    assert check.uniform and check.two_values < 1e-9 and check.step_error < 1e-12
+    np.testing.assert_allclose(check.raw_gap, 1.0 / s, atol=1e-9)
+    np.testing.assert_allclose(check.measured, 8 / np.sqrt(s * (8 - s)), rtol=1e-6)
+    numbers = ch3c.ln_gap_numbers(check.raw_gap, check.measured, check.bound)
+    assert numbers["ch3_raw_gap_last"] == round(1 / 7, 3)
+    claim = ch3c.ln_gap_claim(float(check.relative.max()), check.bound, check.measured)
+    assert claim.verdict == "demonstration" and "smallest 2.000 at s = v/2" in claim.number
+
+
+def test_comparison_numbers():
+    numbers = ch3c.comparison_numbers(ch3c.norm_comparison(8, 2.0))
+    assert list(numbers) == [
+        "ch3_margin_none_last", "ch3_margin_ln_last", "ch3_margin_ln_min", "ch3_tv_none_last", "ch3_tv_ln_last"
+    ]
+    assert numbers["ch3_margin_none_last"] == round(4 / 7, 3)
+    assert numbers["ch3_margin_ln_last"] > numbers["ch3_margin_none_last"]

@@ -122,3 +122,117 @@ def test_seed_values_filters_and_orders_by_seed():
     with pytest.raises(ValueError, match="column 'gap' is unknown"):
         seed_values(rows, "gap", norm="post")
 
+
+
+# --- length_metrics: the one per-length evaluation --------------------------------------------
+
+from lengthgen_lite.core.evaluation import entropy_ratio, length_metrics  # noqa: E402
+
+
+def two_prefixes():
+    """One sequence, two prefixes, three outputs: legal {1, 2}, then legal {2}; flat logits."""
+    targets = torch.tensor([[[0.0, 0.5, 0.5], [0.0, 0.0, 1.0]]])
+    return torch.zeros(1, 2, 3), targets
+
+
+def test_length_metrics_by_hand():
+    logits, targets = two_prefixes()
+    [table] = length_metrics(logits, targets)  # uniform prediction: 1/3 on every output
+    np.testing.assert_array_equal(table.s, [1, 2])
+    np.testing.assert_allclose(table.tv, [1 / 3, 2 / 3], rtol=1e-6)
+    np.testing.assert_allclose(table.invalid_mass, [1 / 3, 2 / 3], rtol=1e-6)
+    np.testing.assert_allclose(table.kl, [np.log(1.5), np.log(3.0)], rtol=1e-6)
+    np.testing.assert_allclose(table.logit_gap, [0.0, 0.0])
+    np.testing.assert_array_equal(table.top1_legal, [0.0, 0.0])  # argmax of ties: output 0
+    np.testing.assert_allclose(table.tv_set, [1 / 3, np.nan], rtol=1e-6)
+    np.testing.assert_allclose(table.tv_single, [np.nan, 2 / 3], rtol=1e-6)
+    np.testing.assert_array_equal(table.share_single, [0.0, 1.0])
+    assert np.isnan(table.entropy_ratio).all() and np.isnan(table.n_eff).all()  # no pattern
+
+
+def test_length_metrics_averages_only_the_counted_positions():
+    logits = torch.tensor([[[0.0, 2.0, 1.0], [0.0, 0.0, 3.0]], [[5.0, 0.0, 0.0], [9.0, 9.0, 9.0]]])
+    targets = torch.tensor([[[0.0, 0.5, 0.5], [0.0, 0.0, 1.0]]] * 2)
+    positions = torch.tensor([[True, True], [True, False]])  # the second sequence ends early
+    [table] = length_metrics(logits, targets, positions=positions)
+    np.testing.assert_allclose(table.logit_gap, [(1.0 - 5.0) / 2, 3.0])
+    np.testing.assert_allclose(table.top1_legal, [0.5, 1.0])
+    all_legal = torch.full((1, 2, 3), 1 / 3)
+    [table] = length_metrics(torch.zeros(1, 2, 3), all_legal, positions=torch.tensor([[True, False]]))
+    assert np.isnan(table.logit_gap).all()  # every output legal: no gap; a length with no position
+    assert table.tv[0] == pytest.approx(0.0, abs=1e-7) and np.isnan(table.tv[1])
+
+
+def test_entropy_ratio_is_one_at_s_1_and_per_head_mean():
+    uniform = torch.tril(torch.ones(3, 3)) / torch.arange(1, 4)[:, None]  # [query, key]
+    pattern = uniform.expand(2, 4, 3, 3).clone()  # [batch, head, query, key]
+    np.testing.assert_allclose(entropy_ratio(pattern).numpy(), 1.0, rtol=1e-6)
+    sharp = torch.zeros(2, 4, 3, 3)
+    sharp[..., 0] = 1.0  # all weight on the first token: entropy 0, so ratio 0 for s > 1 ...
+    np.testing.assert_array_equal(entropy_ratio(sharp).numpy(), [[1.0, 0.0, 0.0]] * 2)  # ... 1 at s = 1
+    logits = torch.zeros(2, 3, 4)
+    targets = torch.tensor([[0.0, 1 / 3, 1 / 3, 1 / 3], [0.0, 0.0, 0.5, 0.5], [0.0, 0.0, 0.0, 1.0]])
+    [table] = length_metrics(logits, targets.expand(2, 3, 4), pattern=sharp)
+    np.testing.assert_array_equal(table.entropy_ratio, [1.0, 0.0, 0.0])
+    np.testing.assert_array_equal(table.max_attention, [1.0, 1.0, 1.0])
+    np.testing.assert_array_equal(table.n_eff, [1.0, 1.0, 1.0])
+
+
+def test_logit_scales_give_one_table_per_scale_in_order():
+    torch.manual_seed(0)
+    logits, targets = torch.randn(5, 2, 3), two_prefixes()[1].expand(5, 2, 3)
+    tables = length_metrics(logits, targets, logit_scales=(0.0, 1.0, 2.5))
+    assert len(tables) == 3
+    np.testing.assert_allclose(tables[0].tv, [1 / 3, 2 / 3], rtol=1e-6)  # scale 0: uniform
+    [plain] = length_metrics(logits, targets)
+    [doubled] = length_metrics(logits * 2.5, targets)
+    for field in ("tv", "invalid_mass", "kl", "logit_gap", "top1_legal"):
+        np.testing.assert_array_equal(getattr(tables[1], field), getattr(plain, field))
+        np.testing.assert_array_equal(getattr(tables[2], field), getattr(doubled, field))
+    np.testing.assert_allclose(tables[2].logit_gap, 2.5 * plain.logit_gap, rtol=1e-6)
+    # legal outputs one logit above the illegal one: TV = invalid mass = 1 / (1 + 2 e^c)
+    ranked = torch.tensor([[[0.0, 1.0, 1.0]]])
+    scaled = length_metrics(ranked, targets[:1, :1], logit_scales=(1.0, 3.0))
+    for table, c in zip(scaled, (1.0, 3.0)):
+        np.testing.assert_allclose(table.tv, [1 / (1 + 2 * np.exp(c))], rtol=1e-6)
+        np.testing.assert_allclose(table.invalid_mass, table.tv, rtol=1e-6)
+
+
+def test_length_metrics_with_every_position_counted_is_a_plain_mean_to_the_bit():
+    # evaluate_set_complement's tables were .mean(0) over the batch; the masked mean must not move them
+    torch.manual_seed(1)
+    model = Transformer(ModelConfig(vocab_size=8, d_model=16, norm="post")).eval()
+    from lengthgen_lite.core.model import run_with_cache
+    from lengthgen_lite.core.tasks import sample_sequences, target_distribution
+
+    tokens = sample_sequences(8, 7, 300, torch.Generator().manual_seed(0))
+    logits, cache = run_with_cache(model, tokens, names=["blocks.0.attn.hook_pattern"])
+    pattern, targets = cache["blocks.0.attn.hook_pattern"], target_distribution(tokens, 8)
+    [table] = length_metrics(logits, targets, pattern=pattern)
+    probs = logits.softmax(-1)
+    from lengthgen_lite.core import metrics
+
+    np.testing.assert_array_equal(table.tv, metrics.total_variation(probs, targets).mean(0).numpy())
+    np.testing.assert_array_equal(table.n_eff, metrics.effective_tokens(pattern).mean(1).mean(0).numpy())
+    # gap_profile took the mean over sequences before dividing by log s: equal to float rounding
+    entropy = metrics.attention_entropy(pattern).mean(1).mean(0)
+    mean_first = entropy / torch.arange(1, 8).log().clamp_min(1e-30)
+    np.testing.assert_allclose(table.entropy_ratio[1:], mean_first[1:].numpy(), rtol=1e-6)
+
+
+def test_length_metrics_rejects_bad_shapes_and_masks():
+    logits, targets = two_prefixes()
+    with pytest.raises(ValueError, match="logits must be"):
+        length_metrics(logits[0], targets[0])
+    with pytest.raises(ValueError, match="targets must match"):
+        length_metrics(logits, targets[:, :1])
+    with pytest.raises(ValueError, match="positions must be"):
+        length_metrics(logits, targets, positions=torch.ones(1, 3, dtype=torch.bool))
+    with pytest.raises(ValueError, match="positions must be"):
+        length_metrics(logits, targets, positions=torch.ones(1, 2))  # not bool
+    with pytest.raises(ValueError, match="pattern must be"):
+        length_metrics(logits, targets, pattern=torch.ones(1, 1, 3, 3))
+    with pytest.raises(ValueError, match="logit_scale"):
+        length_metrics(logits, targets, logit_scales=(1.0, -2.0))
+    with pytest.raises(ValueError, match="at least one scale"):
+        length_metrics(logits, targets, logit_scales=())

@@ -80,7 +80,7 @@ def test_every_chapter_module_and_viz_module_is_checked():
 def test_chapters_import_only_core_and_earlier_chapters(path):
     own = chapter_number(path.stem)
     for name in package_imports(path):
-        if name.startswith(("core", "runs")):  # core -> runs -> chapters
+        if name.startswith(("core", "runs")):  # the floors below: core -> runs -> chapters
             continue
         assert name.startswith("chapters.ch"), f"{path.stem} imports {name}: chapters build on core and runs"
         assert chapter_number(name) <= own, f"{path.stem} imports the later chapter {name}"

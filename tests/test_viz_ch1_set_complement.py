@@ -48,3 +48,14 @@ def test_training_loss_one_line_per_seed_and_floor():
 def test_distribution_bars_leave_headroom_for_the_legend():
     bars = plot_distribution_bars(np.array([0.0, 0.5, 0.5]), title="t")
     assert bars.get_ylim() == pytest.approx((0.0, 0.7))  # 40% above the tallest bar
+
+
+def test_length_panels_draw_one_panel_per_metric():
+    from lengthgen_lite.core.evaluation import METRICS, LengthTable
+    from lengthgen_lite.viz.ch1_set_complement import LENGTH_PANELS, plot_length_panels
+
+    s = np.arange(1, 6)
+    tables = [LengthTable(s=s, **{m: s / 10 * (k + 1) for m in METRICS}) for k in range(2)]
+    axes = plot_length_panels({"soft targets": tables}, train_length=2, title="t")
+    assert [ax.get_title() for ax in axes] == [title for _, _, title in LENGTH_PANELS]
+    assert axes[3].get_ylim() == (0.0, 1.05)  # top-1 accuracy on a fixed range

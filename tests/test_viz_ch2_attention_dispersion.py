@@ -73,3 +73,26 @@ def test_dispersion_draw_draws_each_figure_once():
     draw = dispersion_draw(grid())
     assert draw(s=2, example=1) is draw(s=2, example=1)
     assert draw(s=2, example=1) is not draw(s=3, example=1)
+
+
+def test_multi_panel_figures_of_the_chapter():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from lengthgen_lite.core.evaluation import METRICS, LengthTable
+    from lengthgen_lite.viz.ch2_attention_dispersion import (
+        plot_gap_decay,
+        plot_implied_invalid_mass,
+        plot_spread_measures,
+    )
+
+    s = np.arange(1, 6)
+    tables = [LengthTable(s=s, **{m: 1.0 / s for m in METRICS}) for _ in range(2)]
+    runs = {"soft targets": tables, "sampled targets": tables}
+    curves = {name: np.stack([1.0 / s] * 2) for name in runs}
+    axes = plot_spread_measures(runs, curves, train_length=2)
+    assert [ax.get_title() for ax in axes] == ["Entropy", "Effective number of tokens", "Largest weight"]
+    axes = plot_gap_decay(s, curves, C=0.5, train_length=2)
+    assert axes[0].get_yscale() == "log" and axes[1].get_title().startswith("s x gap")
+    axes = plot_implied_invalid_mass(s, curves, curves, train_length=2)
+    assert [ax.get_title() for ax in axes] == list(runs)

@@ -69,3 +69,44 @@ def test_fast_path_draws_three_bars_per_chapter_and_the_limit():
 def test_fast_path_rows_need_every_column():
     with pytest.raises(ValueError, match="fast-path rows lack \\['limit_ms'\\]"):
         plot_fast_path([{k: v for k, v in FAST_PATH[0].items() if k != "limit_ms"}], title="paths")
+
+
+def test_machine_summary_load_text_and_load_results(tmp_path):
+    import json
+
+    from lengthgen_lite.viz import speed
+
+    machine = {"cpu": "x", "cores": 2, "torch_threads": 1, "load_before": [0.51, 1.0, 2.25], "load_after": [1, 1, 1]}
+    assert list(speed.machine_summary(machine)) == [
+        "CPU", "cores", "torch threads", "load average before (1, 5, 15 min)", "after"
+    ]
+    assert speed.load_text(machine["load_before"]) == "0.5, 1.0, 2.2"
+    path = tmp_path / "speed.json"
+    path.write_text(json.dumps({"machine": machine}))
+    assert speed.load_results(path)["machine"] == machine
+
+
+def test_batching_and_fast_path_numbers():
+    from lengthgen_lite.viz import speed
+
+    results = {
+        "batching": BATCHING,
+        "matmul_bound": {
+            "seeds": 8,
+            "batch": 128,
+            "speedup_bound": 5.04,
+            "batched_matmul_ms_per_step": 1.26,
+            "batched_other_ops_ms_per_step": 2.0,
+        },
+    }
+    numbers = speed.batching_numbers(results)
+    assert numbers["speed-k"] == 8 and numbers["speed-small-batch"] == 32
+    expected = [r["speedup"] for r in BATCHING if r["batch"] == 128 and r["seeds"] == 8][0]
+    assert numbers["speed-x"] == round(expected, 1) and numbers["speed-bound"] == 5.0
+    row = {"chapter": "ch5 post-norm", "fast_speedup": 1.14, "compiled_speedup": 1.5}
+    row |= {"compile_cold_s": 20.4, "compile_warm_s": 3.6, "break_even_seed_steps": 1249.0}
+    row |= {"compiled_ms": 2.0, "limit_ms": 1.0}
+    fast = speed.fast_path_numbers({"rows": [row], "load_before": [0.25, 1.0, 1.0]})
+    assert fast["speed-compile-cold"] == 20 and fast["speed-break-even"] == 1200
+    assert fast["speed-limit-x"] == 2.0 and fast["speed-fast-load"] == "0.2, 1.0, 1.0"
+    assert len(speed.FAST_PATH_COLUMNS) == 13

@@ -11,9 +11,17 @@ from __future__ import annotations
 
 from typing import Sequence
 
+import numpy as np
+import torch
+from torch import Tensor
+
+from ..core import metrics
+from ..core.evaluation import LengthTable, SeedSpread, aggregate_seeds, stack_metric
 from ..core.model import ModelConfig, NormPlacement
 from ..core.tasks import SetComplement
 from ..core.training import TargetKind, TrainConfig, TrainResult, train
+from ..core.validation import require_int
+from ..runs.scorecard import Claim, verdict
 
 V = 16
 TRAIN_LENGTH = 4
@@ -41,3 +49,133 @@ def train_baseline(
     """Train the baseline once per seed, all seeds in one batched :func:`~lengthgen_lite.core.training.train` call."""
     task, model_cfg, train_cfg = baseline_setup(targets, norm)
     return train(model_cfg, task, train_cfg, seeds, progress=progress, desc=f"{targets} targets, norm={norm}")
+
+
+# --- what chapter 1 reads off the baseline (notebook 01) ------------------------------
+
+
+def greedy_prediction(seen: Tensor) -> Tensor:
+    """All probability on the smallest legal (unseen) token: [..., v] bool -> float.
+
+    The model that top-1 accuracy calls perfect and TV calls far from p*."""
+    return torch.nn.functional.one_hot((~seen).int().argmax(dim=-1), seen.shape[-1]).float()
+
+
+def prediction_columns(
+    probs: Tensor, targets: Tensor, seen: Tensor
+) -> dict[str, np.ndarray]:
+    """Top-1 accuracy, TV and invalid mass of predictions ``probs`` [batch, s, v], means
+    over the batch: the columns of chapter 1's first table, [s] each."""
+    return {
+        "top-1 accuracy": metrics.top1_legal(probs, seen).mean(0).numpy(),
+        "TV": metrics.total_variation(probs, targets).mean(0).numpy(),
+        "invalid mass": metrics.invalid_mass(probs, seen).mean(0).numpy(),
+    }
+
+
+def book_choices(
+    task: SetComplement, model_cfg: ModelConfig, train_cfg: TrainConfig
+) -> dict[str, object]:
+    """The baseline's settings as the chapter lists them (all the book's choice)."""
+    return {
+        "v": task.v,
+        "training lengths s": f"1..{task.train_length}",
+        "d_model": model_cfg.d_model,
+        "layers": model_cfg.n_layers,
+        "heads": model_cfg.n_heads,
+        "MLP width": model_cfg.d_mlp,
+        "positional encoding": model_cfg.positional,
+        "norm": model_cfg.norm,
+        "steps": train_cfg.steps,
+        "lr": train_cfg.lr,
+        "warm-up steps": train_cfg.warmup,
+        "batch": train_cfg.batch,
+        "targets": train_cfg.targets,
+    }
+
+
+def length_numbers(tables: Sequence[LengthTable], train_length: int) -> dict[str, float]:
+    """The numbers the prose quotes about the soft-target model by length (glue name ->
+    rounded value); ``last_perfect`` is the last length up to which every seed's argmax is
+    always legal."""
+    train_length = require_int("train_length", train_length, 1)
+    tv, invalid = stack_metric(tables, "tv"), stack_metric(tables, "invalid_mass")
+    top1, s = stack_metric(tables, "top1_legal"), tables[0].s
+    imperfect = s[(top1 < 1).any(axis=0)]  # some seed's argmax sometimes illegal here
+    last_perfect = int(imperfect.min()) - 1 if len(imperfect) else int(s[-1])
+    beyond_gap = np.abs(tv - invalid)[:, train_length:].max()
+    return {
+        "tv_train_max": round(float(tv[:, :train_length].max()), 4),
+        "tv_minus_invalid": round(float(beyond_gap), 4),
+        "last_perfect": last_perfect,
+        "tv_last_perfect": round(float(tv[:, last_perfect - 1].mean()), 3),
+        "top1_min": round(float(top1.min()), 3),
+        "s_tv_tenth": int(s[tv.mean(0) > 0.1].min()),
+    }
+
+
+def spread_numbers(spread: SeedSpread) -> dict[str, float]:
+    """TV at the longest length: mean, lowest and highest seed (glue name -> value)."""
+    return {
+        "tv_long": round(float(spread.mean.tv[-1]), 3),
+        "tv_long_min": round(float(spread.low.tv[-1]), 3),
+        "tv_long_max": round(float(spread.high.tv[-1]), 3),
+    }
+
+
+def summary_columns(spread: SeedSpread) -> dict[str, np.ndarray]:
+    """Chapter 1's per-length summary over seeds: the columns of its table, [s] each."""
+    return {
+        "TV mean": spread.mean.tv,
+        "TV min": spread.low.tv,
+        "TV max": spread.high.tv,
+        "invalid mass mean": spread.mean.invalid_mass,
+        "KL mean (nats)": spread.mean.kl,
+        "top-1 mean": spread.mean.top1_legal,
+    }
+
+
+def fails_long_margin(tables: Sequence[LengthTable]) -> np.ndarray:
+    """TV at the longest length minus 0.5, per seed: [K], > 0 where a seed fails there."""
+    return stack_metric(tables, "tv")[:, -1] - 0.5
+
+
+def scorecard(tables: Sequence[LengthTable], train_length: int) -> list[Claim]:
+    """Chapter 1's scorecard row, the premise of both papers: every seed fits the training
+    lengths (TV below 0.01), fails the longest input (TV above 0.5) and gets worse at every
+    step in between. ``tables``: the soft-target model, one per seed."""
+    train_length = require_int("train_length", train_length, 1)
+    tv = stack_metric(tables, "tv")
+    inside = tv[:, :train_length]
+    rising = (np.diff(tv[:, train_length - 1 :], axis=1) > 0).all(axis=1)
+    worse_beyond = (fails_long_margin(tables) > 0) & (inside.max(axis=1) < 0.01) & rising
+    spread = aggregate_seeds(tables)
+    longest = int(tables[0].s[-1])
+    # two decimals: the seeds' TV at s = v-1 spans about 0.01
+    number = (
+        f"soft targets, TV at s = {longest}: {spread.mean.tv[-1]:.2f} (range "
+        f"{spread.low.tv[-1]:.2f}–{spread.high.tv[-1]:.2f}) vs at most {inside.max():.4f} "
+        f"at the training lengths s ≤ {train_length}; {len(tables)} seeds"
+    )
+    verdict_word = verdict(worse_beyond.all(), partly=worse_beyond.any())
+    return [Claim("ch1-score-fails", verdict_word, number)]
+
+
+def sampled_numbers(
+    tables: Sequence[LengthTable], excess: np.ndarray, train_length: int
+) -> dict[str, float]:
+    """The numbers the prose quotes about the sampled-target model (glue name -> value);
+    ``excess``: each seed's final loss above the floor H(p*), [K]."""
+    train_length = require_int("train_length", train_length, 1)
+    tv, kl = stack_metric(tables, "tv"), stack_metric(tables, "kl")
+    invalid = stack_metric(tables, "invalid_mass")
+    return {
+        "tv_sampled_train_max": round(float(tv[:, :train_length].max()), 3),
+        "tv_sampled_train_min": round(float(tv[:, :train_length].min()), 3),
+        "tv_sampled_s1": round(float(tv[:, 0].mean()), 3),
+        "invalid_sampled_s1": round(float(invalid[:, 0].mean()), 4),
+        "tv_sampled_long": round(float(tv[:, -1].mean()), 3),
+        "kl_sampled_train": round(float(kl[:, :train_length].mean()), 3),
+        "sampled_excess_min": round(float(excess.min()), 3),
+        "sampled_excess_mean": round(float(excess.mean()), 3),
+    }

@@ -11,11 +11,15 @@ tolerance comes from the model's attention, not from the gap it is compared with
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 
 import numpy as np
+from torch import Tensor, nn
 
-from ..core.evaluation import loglog_slope
+from ..core.evaluation import PATTERN, LengthTable, loglog_slope, stack_metric
+from ..core.model import run_with_cache
+from ..runs.scorecard import Claim, verdict
 
 
 def _lengths(s: Sequence[float]) -> np.ndarray:
@@ -59,3 +63,154 @@ def scaled_min_weight(pattern: np.ndarray) -> np.ndarray:
         raise ValueError(f"pattern must be [batch, query_pos, key_pos] with at least 2 positions, got {pattern.shape}")
     length = pattern.shape[1]
     return np.array([((q + 1) * pattern[:, q, :q].min(axis=-1)).mean() for q in range(1, length)])
+
+
+# --- the chapter's measurements on trained models (notebook 02) ----------------------
+
+
+def departure_from_uniform(
+    models: Sequence[nn.Module], tokens: Tensor
+) -> tuple[np.ndarray, np.ndarray]:
+    """How far each model's layer-0 attention (head 0) is from uniform on ``tokens``
+    [batch, v-1]: the mean of ``|s a - 1|`` on the query's own token (s >= 2) and on the
+    earlier tokens, [K, 2]; and :func:`scaled_min_weight`, [K, v-2]."""
+    if not models:
+        raise ValueError("models must hold at least one model (e.g. TrainResult.models)")
+    n_pos = tokens.shape[1]
+    s = np.arange(1, n_pos + 1)
+    own = np.eye(n_pos, dtype=bool)  # query s, key s: the query's own token
+    earlier = np.tril(np.ones((n_pos, n_pos), dtype=bool), k=-1)  # keys before the query
+    departure, min_weight = [], []
+    for model in models:
+        _, cache = run_with_cache(model, tokens, names=[PATTERN])
+        weights = cache[PATTERN][:, 0].numpy()  # [batch, query, key]
+        rel = np.abs(weights * s[:, None] - 1)  # |s a - 1|
+        departure.append((rel[:, own][:, 1:].mean(), rel[:, earlier].mean()))
+        min_weight.append(scaled_min_weight(weights))  # s * least attended earlier token
+    return np.array(departure), np.array(min_weight)
+
+
+@dataclass(frozen=True)
+class Spread:
+    """Three measures of attention spread for one run, one row per seed. ``entropy`` is
+    [K, v-1] in nats; the others start at s = 2 (H/log s is 0/0 at s = 1): [K, v-2]."""
+
+    entropy: np.ndarray  # attention entropy H (nats)
+    ratio: np.ndarray  # H / log s (1: uniform)
+    n_eff: np.ndarray  # effective number of tokens
+    largest: np.ndarray  # largest attention weight
+    n_eff_ratio: np.ndarray  # N_eff / s (1: uniform)
+    peak: np.ndarray  # s x largest weight (1: uniform; s: all on one token)
+
+
+def spread(tables: Sequence[LengthTable]) -> Spread:
+    """:class:`Spread` of one run's tables (one per seed)."""
+    s = tables[0].s
+    ratio = stack_metric(tables, "entropy_ratio")
+    n_eff = stack_metric(tables, "n_eff")[:, 1:]
+    largest = stack_metric(tables, "max_attention")[:, 1:]
+    return Spread(
+        entropy=ratio * np.log(s),
+        ratio=ratio[:, 1:],
+        n_eff=n_eff,
+        largest=largest,
+        n_eff_ratio=n_eff / s[1:],
+        peak=largest * s[1:],
+    )
+
+
+def dispersion_claim(spreads: Mapping[str, Spread]) -> tuple[np.ndarray, Claim]:
+    """Scorecard: attention disperses. The test a sharp head fails: no token gets twice its
+    uniform share 1/s, at any s >= 2, in any seed. Returns the margins ``2 - s max a``
+    [runs, K] (> 0 where it holds) and the claim; ``spreads`` holds "soft targets" and
+    "sampled targets"."""
+    margins = {name: 2 - sp.peak.max(axis=1) for name, sp in spreads.items()}
+    holds_per_run = [bool((margin > 0).all()) for margin in margins.values()]
+    soft, sampled = spreads["soft targets"], spreads["sampled targets"]
+    number = (
+        f"smallest H/log s over s ≥ 2: {soft.ratio.min():.3f} (soft targets), "
+        f"{sampled.ratio.min():.3f} (sampled), {len(soft.ratio)} seeds each; "
+        f"largest weight at most {sampled.peak.max():.2f}/s"
+    )
+    claim = Claim(
+        "ch2-score-dispersion",
+        verdict(all(holds_per_run), partly=any(holds_per_run)),
+        number,
+    )
+    return np.stack(list(margins.values())), claim
+
+
+def gap_claim(
+    slopes: Mapping[str, np.ndarray], tolerance: float, v: int
+) -> Claim:
+    """Scorecard: the gap shrinks like 1/s (soft targets: exponent -1 within ``tolerance``
+    in every seed); sampled targets shrink it faster. ``slopes``: [K] per run."""
+    soft, sampled = slopes["soft targets"], slopes["sampled targets"]
+    within = np.abs(soft + 1) < tolerance  # [K]
+    number = (
+        f"fitted exponent of the gap over s = 2..{v - 1}: {soft.mean():.2f} "
+        f"(soft targets, {len(soft)} seeds, range {soft.min():.2f} to "
+        f"{soft.max():.2f}); sampled targets faster: {sampled.min():.2f} to "
+        f"{sampled.max():.2f}"
+    )
+    return Claim("ch2-score-gap", verdict(within.all(), partly=within.any()), number)
+
+
+def gap_exponents(
+    gap: np.ndarray, min_weight: np.ndarray, s: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """Per seed, the fitted exponent of the gap over s >= 2 and the allowance its own
+    attention gives it (:func:`exponent_slack` of ``s min a``'s spread): two [K] arrays.
+    ``gap`` [K, v-1]; ``min_weight`` [K, v-2] (:func:`scaled_min_weight`)."""
+    slopes = np.array([power_law_exponent(s[1:], row[1:]) for row in gap])
+    slack = np.array([exponent_slack(s[1:], row.max() / row.min()) for row in min_weight])
+    return slopes, slack
+
+
+def spread_numbers(spreads: Mapping[str, Spread], v: int) -> dict[str, float]:
+    """The dispersion numbers the chapter's prose quotes (glue name -> value)."""
+    numbers = {}
+    for name, key in (("soft targets", "soft"), ("sampled targets", "sampled")):
+        numbers[f"ratio_min_{key}"] = round(float(spreads[name].ratio.min()), 3)
+        numbers[f"neff_min_{key}"] = round(float(spreads[name].n_eff_ratio.min()), 3)
+        numbers[f"peak_max_{key}"] = round(float(spreads[name].peak.max()), 2)
+    entropy_long = spreads["soft targets"].entropy[:, -1].mean()
+    numbers["entropy_long"] = round(float(entropy_long), 3)
+    numbers["log_long"] = round(float(np.log(v - 1)), 3)
+    numbers["one_dropped_long"] = round(float(np.log(v - 2) / np.log(v - 1)), 3)
+    return numbers
+
+
+def gap_numbers(
+    gap: Mapping[str, np.ndarray],
+    slopes: Mapping[str, np.ndarray],
+    slack: Mapping[str, np.ndarray],
+    train_length: int,
+) -> dict[str, float]:
+    """The gap numbers the chapter's prose quotes (glue name -> rounded value): ``gap``
+    [K, v-1], ``slopes`` and ``slack`` [K] (:func:`gap_exponents`), per run."""
+    soft, sampled = gap["soft targets"], gap["sampled targets"]
+    s = np.arange(1, soft.shape[1] + 1)
+    soft_s_gap = (soft * s)[:, 1:]  # s >= 2
+    flat = soft_s_gap / soft_s_gap.mean(axis=1, keepdims=True)
+    sampled_s_gap = sampled * s
+    decay = sampled_s_gap[:, -2] / sampled_s_gap[:, 1]  # s x gap at s = v-2 over s = 2
+    numbers = {"C": round(float(soft[:, 1].mean()), 1)}  # the mean gap at s = 2
+    for name, key in (("soft targets", "soft"), ("sampled targets", "sampled")):
+        numbers[f"slope_{key}_min"] = round(float(slopes[name].min()), 2)
+        numbers[f"slope_{key}_max"] = round(float(slopes[name].max()), 2)
+    numbers["slack_soft_min"] = round(float(slack["soft targets"].min()), 2)
+    numbers["slack_soft_max"] = round(float(slack["soft targets"].max()), 2)
+    numbers["slack_sampled_max"] = round(float(slack["sampled targets"].max()), 2)
+    numbers["flat_dev"] = round(float(np.abs(flat - 1).max()), 2)
+    numbers["decay_sampled"] = round(float(decay.mean()), 2)
+    numbers["gap_soft_long"] = round(float(soft[:, -1].mean()), 2)
+    numbers["gap_soft_train"] = round(float(soft[:, train_length - 1].mean()), 2)
+    return numbers
+
+
+def implied_invalid_mass(gap: np.ndarray, v: int) -> np.ndarray:
+    """The invalid mass ``m(gap)`` if every seen token sat exactly ``gap`` below every
+    legal one and the legal tokens were tied: ``s e^-g / (s e^-g + v - s)``, [..., v-1]."""
+    s = np.arange(1, np.shape(gap)[-1] + 1)
+    return s * np.exp(-gap) / (s * np.exp(-gap) + v - s)

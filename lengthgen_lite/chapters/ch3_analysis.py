@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from functools import cached_property
-from typing import Sequence
+from typing import Mapping, Sequence
 
 import numpy as np
 import torch
@@ -20,6 +20,7 @@ from ..core import metrics
 from ..core.model import ModelConfig
 from ..core.tasks import Batch, enumerate_sequences, seen_mask, target_distribution
 from ..core.training import TrainConfig, train
+from ..runs.scorecard import Claim, demonstration, verdict
 from .ch3_construction import _check_positive, _check_v, _is_int
 
 
@@ -204,3 +205,125 @@ def dimension_sweep(
         kl_length_one=np.array(kl_one),
         kl_length_two=np.array(kl_two),
     )
+
+
+# --- what chapter 3 reads off its width sweeps, and its scorecard rows (notebook 03) -
+
+
+def fits_at(sweeps: Mapping[int, DimensionSweep], threshold: float, offset: int) -> dict[int, int]:
+    """How many seeds fit at width ``d = v + offset``, per sweep (v -> count)."""
+    counts = {}
+    for v, sweep in sweeps.items():
+        counts[v] = int(sweep.fits(threshold)[sweep.dims.tolist().index(v + offset)].sum())
+    return counts
+
+
+def _below(sweep: DimensionSweep) -> int:
+    """Index of the widest width below the threshold, d = v-2."""
+    return sweep.dims.tolist().index(sweep.v - 2)
+
+
+def sweep_numbers(sweeps: Mapping[int, DimensionSweep], threshold: float) -> dict[str, float]:
+    """The numbers the prose quotes from the width sweeps (glue name -> value)."""
+    numbers: dict[str, float] = {}
+    at, above = fits_at(sweeps, threshold, -1), fits_at(sweeps, threshold, 0)
+    for v, sweep in sweeps.items():
+        numbers[f"ch3_fit_at_v{v}"] = at[v]
+        numbers[f"ch3_fit_above_v{v}"] = above[v]
+        plateau = np.min(sweep.best_excess[_below(sweep)])
+        numbers[f"ch3_plateau_below_v{v}"] = round(float(plateau), 3)
+    K = len(next(iter(sweeps.values())).seeds)
+    numbers["ch3_K"] = K
+    numbers["ch3_fit_at_total"] = sum(at.values())
+    numbers["ch3_runs_at_total"] = K * len(sweeps)
+    return numbers
+
+
+def lower_bound_claim(
+    sweeps: Mapping[int, DimensionSweep], threshold: float
+) -> tuple[np.ndarray, Claim]:
+    """Scorecard: d <= v-2 never fits (the lower bound), over every run below the threshold
+    width. Returns each such run's excess loss above ``threshold`` [widths, seeds] (the
+    claim's margins) and the claim."""
+    below_runs = [sweep.fits(threshold)[: _below(sweep) + 1] for sweep in sweeps.values()]
+    n_fit, n_runs = sum(int(f.sum()) for f in below_runs), sum(f.size for f in below_runs)
+    below_excess = np.concatenate(
+        [sweep.best_excess[: _below(sweep) + 1] for sweep in sweeps.values()]
+    )  # [widths, seeds]
+    widths = "; ".join(
+        f"v = {v}: d = {', '.join(str(d) for d in sweep.dims[: _below(sweep) + 1])}"
+        for v, sweep in sweeps.items()
+    )
+    K = len(next(iter(sweeps.values())).seeds)
+    number = (
+        f"{n_fit}/{n_runs} trained runs fit all inputs of lengths 1-2 at d ≤ v-2 ({widths}; "
+        f"{K} seeds each; fit = excess loss below {threshold} nats)"
+    )
+    return below_excess - threshold, Claim("ch3-score-lower-bound", verdict(n_fit == 0), number)
+
+
+def sufficient_claim(
+    sweeps: Mapping[int, DimensionSweep], threshold: float, precise: bool
+) -> Claim:
+    """Scorecard: d = v-1 suffices, shown by the hand-built models (``precise``: all of them
+    have precision exactly C), so a demonstration; the number adds how often training at
+    d = v-1 and at d = v+1 finds a fit."""
+    at, above = fits_at(sweeps, threshold, -1), fits_at(sweeps, threshold, 1)
+    K = len(next(iter(sweeps.values())).seeds)
+    (v1, at1), (v2, at2) = list(at.items())[:2]
+    above_text = " and ".join(f"{n}/{K}" for n in above.values())
+    number = (
+        "hand-built model at d = v-1 has precision exactly C (v = 4, 8, 16); trained at "
+        f"d = v-1 it fits in {at1}/{K} seeds (v = {v1}) and {at2}/{K} (v = {v2}), at d = v+1 "
+        f"in {above_text}"
+    )
+    return Claim("ch3-score-sufficient", demonstration(precise), number)
+
+
+@dataclass(frozen=True)
+class TiedPairSurvey:
+    """Every run that stalls at d = v-1, read as one tied pair of tokens or not."""
+
+    lines: list[str]  # one table row per stalled run
+    stalled_total: int
+    one_pair_total: int  # stalled runs explained by one tied pair
+    stall_over_plateau: dict[int, float]  # v -> median stalled excess / d = v-2 plateau
+    # the first v = 8 run with one tied pair: (seed index, pair)
+    example: tuple[int, TiedPair] | None
+
+
+def tied_pair_survey(sweeps: Mapping[int, DimensionSweep], threshold: float) -> TiedPairSurvey:
+    """Look for one tied pair in every run that does not fit at d = v-1 (a stall)."""
+    lines, stalled_total, one_pair_total, example = [], 0, 0, None
+    ratios = {}
+    for v, sweep in sweeps.items():
+        at = sweep.dims.tolist().index(v - 1)
+        cost = TiedPair.split_cost(v)
+        stalled = ~sweep.fits(threshold)[at]
+        for k in np.flatnonzero(stalled):
+            pair = tied_pair(sweep.kl_length_two[at, k])
+            is_pair = abs(pair.kl_exactly_one / cost - 1) < 0.05 and pair.kl_others < 0.1 * cost
+            stalled_total, one_pair_total = stalled_total + 1, one_pair_total + int(is_pair)
+            if is_pair and v == 8 and example is None:
+                example = (int(k), pair)
+            lines.append(
+                f"{v:2d}  {k:4d}  {str(pair.tokens):9s}  {pair.kl_exactly_one:28.4f}  "
+                f"{cost:10.4f}  {pair.kl_others:12.4f}" + ("  <- one tied pair" if is_pair else "")
+            )
+        stalled_best = np.median(sweep.best_excess[at][stalled])
+        ratios[v] = float(stalled_best / np.min(sweep.best_excess[_below(sweep)]))
+    return TiedPairSurvey(lines, stalled_total, one_pair_total, ratios, example)
+
+
+def kl_examples(
+    sweep: DimensionSweep, threshold: float, stalled: tuple[int, TiedPair]
+) -> dict[str, np.ndarray]:
+    """The per-input KL tables at d = v-1 of one stalled run and, if any, the first run that
+    fits (label -> [v, v])."""
+    at = sweep.dims.tolist().index(sweep.v - 1)
+    k, pair = stalled
+    tables = {f"seed {k}: stalled, tokens {pair.tokens} tied": sweep.kl_length_two[at, k]}
+    fitted = np.flatnonzero(sweep.fits(threshold)[at])  # may be empty on another machine
+    if len(fitted):
+        tables[f"seed {fitted[0]}: fitted"] = sweep.kl_length_two[at, fitted[0]]
+    return tables

@@ -15,6 +15,7 @@ The hand-built models are float64 so that the identities hold to ~1e-12, not jus
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
@@ -24,9 +25,11 @@ from torch import Tensor, nn
 
 from ..core import metrics
 from ..core.evaluation import PrefixProfile, prefix_profile
-from ..core.model import ModelConfig, Transformer
-from ..core.tasks import enumerate_sequences, seen_mask
+from ..core.model import ModelConfig, Transformer, run_with_cache
+from ..core.seeding import make_generator
+from ..core.tasks import enumerate_sequences, sample_sequences, seen_mask
 from ..core.validation import is_int, is_number
+from ..runs.scorecard import Claim, demonstration
 
 TokenSpaceNorm = Literal["none", "attn_out"]
 
@@ -260,3 +263,191 @@ def prefix_margins(model: nn.Module, tokens: Tensor) -> Tensor:
 def margins_all_inputs(model: nn.Module, v: int, s: int) -> Tensor:
     """The logit margin on every input of length s (all v!/(v-s)! of them): [n_inputs] float."""
     return prefix_margins(model, enumerate_sequences(v, s))[:, -1]
+
+
+# --- the chapter's checks of the construction, and its scorecard rows (notebook 03) -
+
+
+@dataclass(frozen=True)
+class ConstructionCheck:
+    """What chapter 3 checks on the construction at one (v, C)."""
+
+    v: int
+    d_model: int
+    d_head: int
+    centred: bool  # B = -(I - 1/v) and D = -2C (I - 1/v), to 1e-12
+    ranks: tuple[int, int, int]  # ranks of B, D and B + D
+    precision: float  # smallest margin over every input of lengths 1-2
+    absent_spread: float  # largest spread of the absent logits, prefixes of 0, 1, ..., v-2
+
+    def row(self) -> str:
+        """One row of the chapter's table: v, d_model, d_head, the ranks, the precision."""
+        b, d, both = self.ranks
+        return (
+            f"{self.v:2d}  {self.d_model:7d}  {self.d_head:6d}  {b:6d}  {d:6d}  {both:9d}"
+            f"  {self.precision:.3f}"
+        )
+
+
+def check_construction(v: int, C: float) -> ConstructionCheck:
+    """Build the construction at (v, C) and measure what the theorem says about it."""
+    model = construction(v, C)
+    B, D = logit_matrices(model)
+    centering = torch.eye(v, dtype=torch.float64) - 1.0 / v
+    centred = torch.allclose(B, -centering, atol=1e-12) and torch.allclose(
+        D, -2 * C * centering, atol=1e-12
+    )
+    ranks = tuple(int(torch.linalg.matrix_rank(M)) for M in (B, D, B + D))
+    margins = torch.cat([margins_all_inputs(model, v, s) for s in (1, 2)])
+    profile = prefix_profile(model, list(range(v - 1)))
+    # precision needs equal absent logits (after tokens 0..s-1, tokens s..v-1 are absent)
+    spreads = [np.ptp(profile.logits[s - 1, s:]) for s in range(1, v - 1)]
+    return ConstructionCheck(
+        v=v,
+        d_model=model.cfg.d_model,
+        d_head=model.cfg.d_head,
+        centred=centred,
+        ranks=ranks,  # type: ignore[arg-type]
+        precision=float(margins.min()),
+        absent_spread=float(max(spreads, default=0.0)),
+    )
+
+
+@dataclass(frozen=True)
+class MarginCheck:
+    """Every margin of the construction against the law (2C/s; c + delta at s = 1)."""
+
+    n_checked: int  # margins compared
+    max_deviation: float  # largest |margin - law| over them
+    formula_error: float  # largest |construction_margin - law|: the closed form itself
+
+
+def check_margins(
+    vs: Sequence[int] = (4, 8, 16),
+    Cs: Sequence[float] = (0.5, 1.0, 2.0),
+    exhaustive_up_to: int = 8,
+    n_random: int = 2000,
+) -> MarginCheck:
+    """Compare the construction's margins with the law: every input of every length for
+    ``v <= exhaustive_up_to``, else every prefix of ``n_random`` random permutations
+    (generator seed v). Float64 throughout, so "equal" means about 1e-15."""
+    n_checked, max_deviation, formula_error = 0, 0.0, 0.0
+    for v in vs:
+        for C in Cs:
+            model = construction(v, C)
+            if v <= exhaustive_up_to:  # every input of every length
+                by_length = {s: margins_all_inputs(model, v, s) for s in range(1, v)}
+            else:  # every prefix of n_random random permutations
+                tokens = sample_sequences(v, v - 1, n_random, make_generator(v))
+                margins = prefix_margins(model, tokens)
+                by_length = {s: margins[:, s - 1] for s in range(1, v)}
+            for s, margins in by_length.items():
+                expected = 2 * C / s if s >= 2 else 2 * C + 1.0  # s = 1: c + delta, delta = 1
+                formula_error = max(formula_error, abs(construction_margin(v, C, s) - expected))
+                max_deviation = max(max_deviation, float((margins - expected).abs().max()))
+                n_checked += len(margins)
+    return MarginCheck(n_checked, max_deviation, formula_error)
+
+
+def precision_claim(check: MarginCheck, exact: float) -> Claim:
+    """Scorecard: precision 2C/s at length s, exactly, on the construction. The book
+    built the model to have it, so the row is a demonstration, not a replication."""
+    number = (
+        f"{check.n_checked} margins of the hand-built model (every input for v = 4, 8; every "
+        f"prefix of 2000 permutations for v = 16; C = 0.5, 1, 2): all equal 2C/s (s ≥ 2) to "
+        f"within {exact:g}"
+    )
+    return Claim("ch3-score-precision", demonstration(check.max_deviation < exact), number)
+
+
+@dataclass(frozen=True)
+class LnGapCheck:
+    """The token-space construction with LN on the attention output, on 0, ..., v-2."""
+
+    measured: np.ndarray  # [v-1] the gap off the logits (margin / g, minus 1 at s = 1)
+    relative: np.ndarray  # [v-1] |measured / (v / sqrt(s (v - s))) - 1|
+    bound: float  # LayerNorm's eps, relative, at its worst (s = v-1)
+    raw_gap: np.ndarray  # [v-1] present minus absent feature, before the norm, / k
+    uniform: bool  # attention exactly 1/s on the s seen tokens, every s
+    two_values: float  # largest spread within the present and within the absent features
+    step_error: float  # largest |raw_gap - 1/s|
+
+
+def ln_gap_check(v: int, C: float) -> LnGapCheck:
+    """Read the LN gap off the hand-built model's logits and its attention output."""
+    model = token_space_construction(v, C, "attn_out")
+    names = ["blocks.0.attn.hook_pattern", "blocks.0.hook_attn_out"]
+    _, cache = run_with_cache(model, torch.arange(v - 1)[None], names=names)
+    pattern, raw = (cache[name][0] for name in names)  # features = token coordinates
+    g = -float(model.unembed.weight[0, 0].detach())  # the model's own gain: U = -g I
+    margin = prefix_margins(model, torch.arange(v - 1)[None])[0].numpy()
+    lengths = np.arange(1, v)
+    # margin = g * gap for s >= 2; at s = 1 the query is the only present token, + g
+    measured = margin / g - (lengths == 1)
+    formula = v / np.sqrt(lengths * (v - lengths))  # the proposition, written out
+    uniform, two_values, step_error = True, 0.0, 0.0
+    for s in lengths:
+        flat = torch.full((s,), 1.0 / s, dtype=torch.float64)
+        uniform = uniform and torch.allclose(pattern[0, s - 1, :s], flat)
+        h = raw[s - 1]  # tokens 0..s-1 present, s..v-1 absent: two values, 1/s apart (x k)
+        spreads = (float(h[:s].max() - h[:s].min()), float(h[s:].max() - h[s:].min()))
+        two_values = max(two_values, *spreads)
+        step_error = max(step_error, abs(float(h[0] - h[v - 1]) / VALUE_SCALE - 1.0 / s))
+    raw_gap = np.array([float(raw[s - 1, 0] - raw[s - 1, v - 1]) / VALUE_SCALE for s in lengths])
+    return LnGapCheck(
+        measured=measured,
+        relative=np.abs(measured / formula - 1),
+        bound=LN_EPS * (v - 1) * v**2 / (2 * VALUE_SCALE**2),
+        raw_gap=raw_gap,
+        uniform=bool(uniform),
+        two_values=two_values,
+        step_error=step_error,
+    )
+
+
+def ln_gap_claim(max_relative: float, bound: float, ln_gap_v16: np.ndarray) -> Claim:
+    """Scorecard: the LN gap v / sqrt(s (v - s)), read off the hand-built model's logits
+    (a demonstration). ``ln_gap_v16``: the measured gap at v = 16, [15]."""
+    number = (
+        "hand-built model with LN on the attention output, v = 4, 8, 16, every s: the logit "
+        f"gap equals v/√(s(v-s)) to a relative {bound:.0e} (LayerNorm's ε); smallest "
+        f"{ln_gap_v16.min():.3f} at s = v/2"
+    )
+    return Claim("ch3-score-ln-gap", demonstration(max_relative < bound + 1e-12), number)
+
+
+def comparison_numbers(comparison: NormComparison) -> dict[str, float]:
+    """The numbers the prose quotes from :func:`norm_comparison` (glue name -> value)."""
+    none, normed = comparison.none, comparison.attn_out
+    return {
+        "ch3_margin_none_last": round(float(none.margin[-1]), 3),
+        "ch3_margin_ln_last": round(float(normed.margin[-1]), 3),
+        "ch3_margin_ln_min": round(float(normed.margin.min()), 3),
+        "ch3_tv_none_last": round(float(none.tv[-1]), 3),
+        "ch3_tv_ln_last": round(float(normed.tv[-1]), 3),
+    }
+
+
+def ln_gap_numbers(
+    raw_gap: np.ndarray, ln_gap_measured: np.ndarray, bound: float
+) -> dict[str, float]:
+    """The LN-gap numbers the prose quotes (glue name -> value): ``raw_gap`` and
+    ``ln_gap_measured`` are :class:`LnGapCheck`'s ``raw_gap`` and ``measured``, [v-1]; the
+    middle one is at s = v/2."""
+    return {
+        "ch3_ln_bound": float(f"{bound:.0e}"),
+        "ch3_ln_gap_s1": round(float(ln_gap_measured[0]), 3),
+        "ch3_ln_gap_mid": round(float(ln_gap_measured[len(ln_gap_measured) // 2]), 3),
+        "ch3_raw_gap_last": round(float(raw_gap[-1]), 3),
+    }
+
+
+def counterexample_numbers(margin: np.ndarray, law: np.ndarray) -> dict[str, float]:
+    """The counterexample's numbers the prose quotes (glue name -> value): where its margin
+    [v-1] first turns negative, its last margin, and the law 2C/s there."""
+    negative = np.flatnonzero(margin < 0) + 1  # lengths s with a negative margin
+    return {
+        "ch3_counter_first_negative": int(negative[0]),
+        "ch3_counter_margin_last": round(float(margin[-1]), 3),
+        "ch3_law_last": round(float(law[-1]), 3),
+    }

@@ -22,11 +22,11 @@ import torch
 from torch import Tensor, nn
 
 from ..core import metrics
-from ..core.evaluation import LengthTable, evaluate_seeds, seed_values
+from ..core.evaluation import LengthTable, evaluate_seeds, length_metrics, seed_values
 from ..core.model import PLACEMENTS  # noqa: F401  (chapter 5 runs every placement; re-exported)
 from ..core.model import hooks_installed, run_with_cache, run_with_hooks
 from ..core.seeding import make_generator
-from ..core.tasks import sample_sequences, seen_mask
+from ..core.tasks import sample_sequences, seen_mask, target_distribution
 from ..core.training import TargetKind, TrainResult, train
 from ..core.validation import require_number
 from .ch1_set_complement import SEEDS, TRAIN_LENGTH, baseline_setup
@@ -199,12 +199,10 @@ def gap_profile(model: nn.Module, n_sequences: int = 2000, seed: int = 0, train_
     if norm_name is not None:  # what the output norm divides by (recorded: the norm is unchanged)
         names.append(f"{norm_name}.hook_scale")
     logits, cache = run_with_cache(model, tokens, names=names)
-    gap = metrics.logit_gap(logits, seen).mean(0).numpy()  # [v-1]
     pattern = cache["blocks.0.attn.hook_pattern"]  # [batch, head, query_pos, key_pos]
-    entropy = metrics.attention_entropy(pattern).mean(1).mean(0)  # [v-1]
-    entropy_ratio = (entropy / torch.log(torch.arange(1, v)).clamp_min(1e-30)).numpy()
-    entropy_ratio[0] = 1.0  # s = 1: one key, uniform by definition
-    max_ratio = (metrics.max_attention(pattern).mean(1).mean(0) * torch.arange(1, v)).numpy()
+    table = length_metrics(logits, target_distribution(tokens, v), pattern=pattern)[0]
+    gap, entropy_ratio = table.logit_gap, table.entropy_ratio  # [v-1]
+    max_ratio = table.max_attention * s.astype(np.float32)  # s * largest weight
     attn_out_std = cache["blocks.0.hook_attn_out"].std(dim=-1, unbiased=False).mean(0).numpy()
     if norm_name is None:
         divisor = np.full(v - 1, np.nan)

@@ -28,8 +28,8 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
-from ..core.metrics import total_variation
-from ..core.model import PLACEMENTS, NormPlacement
+from ..core.evaluation import length_metrics
+from ..core.model import PLACEMENTS, NormPlacement, run_with_cache
 from ..core.seeding import make_generator, numpy_generator
 from ..core.tasks import Batch, Task, sample_next_tokens, sample_sequences, target_distribution
 from ..core.training import AveragerFactory, TargetKind, TrainResult, train, training_loss
@@ -133,15 +133,9 @@ def tv_by_logit_scale(
     if not scales or not all(c > 0 for c in scales):
         raise ValueError(f"scales must be a non-empty list of positive floats, got {scales!r}")
     tokens = sample_sequences(v, v - 1, n_sequences, make_generator(seed))  # [batch, v-1]
-    was_training = model.training
-    model.eval()
-    try:
-        logits = model(tokens)  # [batch, s, v]
-    finally:
-        model.train(was_training)
-    targets = target_distribution(tokens, v)
-    rows = [total_variation((logits * c).softmax(dim=-1), targets).mean(dim=0).numpy() for c in scales]
-    return np.stack(rows)
+    logits, _ = run_with_cache(model, tokens, names=[])  # [batch, s, v], eval mode
+    tables = length_metrics(logits, target_distribution(tokens, v), logit_scales=scales)
+    return np.stack([table.tv for table in tables])
 
 
 def matched_scale(tv_curve: np.ndarray, scales: Sequence[float], target: float) -> float:

@@ -22,9 +22,8 @@ import numpy as np
 import torch
 from torch import nn
 
-from ..core import metrics
 from ..core.averaging import make_ema
-from ..core.evaluation import seed_values
+from ..core.evaluation import PATTERN, length_metrics, seed_values
 from ..core.games import TicTacToe
 from ..core.languages import LANGUAGES, Language, make_language
 from ..core.model import PLACEMENTS as ALL_PLACEMENTS
@@ -109,46 +108,19 @@ def make_test_batch(setup: TaskSetup, n_sequences: int = 1000, seed: int = 0) ->
     return setup.task.sample_train_batch(n_sequences, setup.test_length, make_generator(seed))
 
 
-def _masked_mean(values: torch.Tensor, mask: torch.Tensor) -> np.ndarray:
-    """Mean over the batch axis of values [..., batch, pos] where mask [batch, pos]; nan where empty."""
-    mask = mask.float()
-    total = mask.sum(0)
-    mean = (torch.nan_to_num(values, posinf=0.0, neginf=0.0) * mask).sum(-2) / total.clamp_min(1)
-    return torch.where(total > 0, mean, torch.nan).numpy()
-
-
 @torch.no_grad()
 def evaluate_lengths(models: Sequence[nn.Module], batch: Batch) -> LengthCurves:
     """Score every model at every length of ``batch`` (one forward pass per model)."""
     if not models:
         raise ValueError("models must hold at least one model (e.g. TrainResult.models)")
-    targets, mask = batch.targets, batch.loss_mask
-    illegal = targets == 0
-    n_legal = (~illegal).sum(-1)
-    T = targets.shape[1]
-    s = torch.arange(1, T + 1)
-    per_model: dict[str, list[np.ndarray]] = {name: [] for name in CURVE_FIELDS}
+    tables = []
     for model in models:
-        logits, cache = run_with_cache(model, batch.inputs, names=["blocks.0.attn.hook_pattern"])
-        probs = logits.softmax(-1)
-        tv = metrics.total_variation(probs, targets)
-        gap = metrics.logit_gap(logits, illegal)
-        gap = torch.where(illegal.any(-1), gap, torch.nan)  # every output legal: no gap
-        entropy = metrics.attention_entropy(cache["blocks.0.attn.hook_pattern"]).mean(1)  # [batch, pos]
-        ratio = entropy / s.log().clamp_min(1e-30)
-        ratio[:, 0] = 1.0  # one key: uniform by definition
-        per_model["tv"].append(_masked_mean(tv, mask))
-        per_model["invalid_mass"].append(_masked_mean(metrics.invalid_mass(probs, illegal), mask))
-        per_model["logit_gap"].append(_masked_gap(gap, mask))
-        per_model["entropy_ratio"].append(_masked_mean(ratio, mask))
-        per_model["tv_set"].append(_masked_mean(tv, mask & (n_legal >= 2)))
-        per_model["tv_single"].append(_masked_mean(tv, mask & (n_legal == 1)))
-    share = _masked_mean((n_legal == 1).float(), mask)
-    return LengthCurves(s=s.numpy(), **{k: np.stack(v) for k, v in per_model.items()}, share_single=share)
-
-
-def _masked_gap(gap: torch.Tensor, mask: torch.Tensor) -> np.ndarray:
-    return _masked_mean(gap, mask & ~gap.isnan())
+        logits, cache = run_with_cache(model, batch.inputs, names=[PATTERN])
+        tables += length_metrics(
+            logits, batch.targets, positions=batch.loss_mask, pattern=cache[PATTERN]
+        )
+    curves = {f: np.stack([getattr(t, f) for t in tables]) for f in CURVE_FIELDS}
+    return LengthCurves(s=tables[0].s, **curves, share_single=tables[0].share_single)
 
 
 @dataclass

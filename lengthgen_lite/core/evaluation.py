@@ -1,4 +1,8 @@
-"""Per-length evaluation on set complement. Chapter 1 introduces it.
+"""Per-length evaluation. Chapter 1 introduces it on set complement.
+
+:func:`length_metrics` is the one per-length evaluation: a model's logits on a batch of
+prefixes, their target sets and which prefixes count, at one or more logit scales, give one
+:class:`LengthTable` per scale. Chapters 5, 6 and 7 build on it.
 
 One pass over random permutations of length ``v - 1`` scores every prefix length ``s = 1..v-1``
 (the causal mask makes position ``s - 1`` see exactly the first ``s`` tokens).
@@ -12,27 +16,147 @@ from typing import Any, Sequence
 
 import numpy as np
 import torch
-from torch import nn
+from torch import Tensor, nn
 
 from . import metrics
 from .model import run_with_cache
 from .seeding import make_generator
 from .tasks import sample_sequences, seen_mask, target_distribution
+from .validation import require_number
 
 
 @dataclass(frozen=True)
 class LengthTable:
-    """Metrics by prefix length ``s``: each field is a [len(s)] array of means over sequences."""
+    """Metrics by prefix length ``s``: each field is a [len(s)] array of means over the
+    sequences whose prefix of length ``s`` counts (``nan`` where none does)."""
 
     s: np.ndarray
     tv: np.ndarray
     invalid_mass: np.ndarray
     kl: np.ndarray
-    logit_gap: np.ndarray
-    entropy_ratio: np.ndarray  # attention entropy / log s (1 = uniform over the seen tokens); layer 0, mean over heads
+    logit_gap: np.ndarray  # nan where every output is legal (no gap to measure)
+    # attention entropy / log s (1 = uniform over the seen tokens); layer 0, head mean
+    entropy_ratio: np.ndarray
     max_attention: np.ndarray  # layer 0, mean over heads
     n_eff: np.ndarray  # 1/sum a^2, layer 0, mean over heads
     top1_legal: np.ndarray  # fraction of sequences whose argmax token is legal (top-1 accuracy)
+    tv_set: np.ndarray  # TV at positions with two or more legal outputs
+    tv_single: np.ndarray  # TV at positions with exactly one legal output
+    share_single: np.ndarray  # fraction of positions whose target is a single output
+
+
+PATTERN = "blocks.0.attn.hook_pattern"  # the attention the attention metrics read
+
+
+def _check_batch(
+    logits: Tensor, targets: Tensor, positions: Tensor | None, pattern: Tensor | None
+) -> Tensor:
+    """:func:`length_metrics`'s checks; returns ``positions`` (all True if None)."""
+    if logits.dim() != 3:
+        shape = tuple(logits.shape)
+        raise ValueError(f"logits must be [batch, pos, n_out], got {shape}")
+    if targets.shape != logits.shape:
+        raise ValueError(
+            f"targets must match logits {tuple(logits.shape)}, "
+            f"got {tuple(targets.shape)}"
+        )
+    batch, n_pos = logits.shape[:2]
+    if positions is None:
+        positions = torch.ones(batch, n_pos, dtype=torch.bool)
+    if positions.shape != (batch, n_pos) or positions.dtype != torch.bool:
+        raise ValueError(
+            f"positions must be a bool mask [batch, pos] = {(batch, n_pos)}, "
+            f"got {tuple(positions.shape)} {positions.dtype}"
+        )
+    if pattern is not None and (
+        pattern.dim() != 4
+        or pattern.shape[0] != batch
+        or pattern.shape[2:] != (n_pos, n_pos)
+    ):
+        raise ValueError(
+            f"pattern must be [batch, head, pos, pos] with batch={batch}, pos={n_pos}, "
+            f"got {tuple(pattern.shape)}"
+        )
+    return positions
+
+
+def _masked_mean(values: Tensor, counted: Tensor) -> np.ndarray:
+    """Mean over the batch of ``values`` [batch, pos] where ``counted``: [pos], nan where
+    nothing counts. With every position counted this is ``values.mean(0)`` to the bit (a sum,
+    then one division).
+    """
+    total = counted.float().sum(0)
+    mean = torch.where(counted, values, 0.0).sum(0) / total.clamp_min(1)
+    return torch.where(total > 0, mean, torch.nan).numpy()
+
+
+def entropy_ratio(pattern: Tensor) -> Tensor:
+    """Attention entropy over ``log s``, mean over heads: [batch, head, pos, pos] ->
+    [batch, pos]. 1 means uniform over the ``s`` seen tokens. At ``s = 1`` the ratio is 0/0:
+    one key is uniform by definition, so it is 1 there (the book's one place for that rule).
+    """
+    s = torch.arange(1, pattern.shape[-2] + 1)
+    ratio = metrics.attention_entropy(pattern).mean(1) / s.log().clamp_min(1e-30)
+    ratio[:, 0] = 1.0
+    return ratio
+
+
+def length_metrics(
+    logits: Tensor,
+    targets: Tensor,
+    *,
+    positions: Tensor | None = None,
+    pattern: Tensor | None = None,
+    logit_scales: Sequence[float] = (1.0,),
+) -> list[LengthTable]:
+    """Every per-length metric of one model's outputs on a batch of prefixes: the book's
+    one per-length evaluation (chapters 1, 5, 6 and 7 build on it).
+
+    ``logits`` [batch, pos, n_out] is the prediction after each prefix (position ``s - 1``
+    has seen ``s`` tokens); ``targets`` [batch, pos, n_out] is p*, whose nonzero entries
+    are the legal set (``targets == 0``: illegal). ``positions`` [batch, pos] bool says
+    which prefixes count (a game can end early; None: all). ``pattern`` is layer 0's
+    attention [batch, head, pos, pos] (None: the attention fields are nan). One table per
+    logit scale, in the order of ``logit_scales``: the logits are multiplied by the scale
+    first (a temperature control).
+    """
+    positions = _check_batch(logits, targets, positions, pattern)
+    scales = [require_number("logit_scale", c, minimum=0.0) for c in logit_scales]
+    if not scales:
+        raise ValueError("logit_scales must hold at least one scale (1.0: as trained)")
+    illegal = targets == 0
+    n_legal = (~illegal).sum(-1)  # [batch, pos]
+    s = torch.arange(1, logits.shape[1] + 1)
+    unscaled = {"share_single": _masked_mean((n_legal == 1).float(), positions)}
+    if pattern is None:
+        nan = np.full(len(s), np.nan, dtype=np.float32)
+        unscaled |= {"entropy_ratio": nan, "max_attention": nan, "n_eff": nan}
+    else:
+        per_head = {
+            "entropy_ratio": entropy_ratio(pattern),
+            "max_attention": metrics.max_attention(pattern).mean(1),
+            "n_eff": metrics.effective_tokens(pattern).mean(1),
+        }
+        unscaled |= {name: _masked_mean(x, positions) for name, x in per_head.items()}
+    has_gap = positions & illegal.any(-1)  # every output legal: no gap
+    tables = []
+    for scale in scales:
+        scaled = logits * scale
+        probs = scaled.softmax(dim=-1)
+        tv = metrics.total_variation(probs, targets)
+        per_position = {
+            "tv": _masked_mean(tv, positions),
+            "invalid_mass": _masked_mean(
+                metrics.invalid_mass(probs, illegal), positions
+            ),
+            "kl": _masked_mean(metrics.kl_divergence(targets, scaled), positions),
+            "logit_gap": _masked_mean(metrics.logit_gap(scaled, illegal), has_gap),
+            "top1_legal": _masked_mean(metrics.top1_legal(scaled, illegal), positions),
+            "tv_set": _masked_mean(tv, positions & (n_legal >= 2)),
+            "tv_single": _masked_mean(tv, positions & (n_legal == 1)),
+        }
+        tables.append(LengthTable(s=s.numpy(), **per_position, **unscaled))
+    return tables
 
 
 @torch.no_grad()
@@ -44,25 +168,11 @@ def evaluate_set_complement(
     ``logit_scale`` multiplies the logits first (a temperature control for chapter 6).
     """
     tokens = sample_sequences(v, v - 1, n_sequences, make_generator(seed))  # [batch, v-1]
-    logits, cache = run_with_cache(model, tokens, names=["blocks.0.attn.hook_pattern"])
-    logits = logits * logit_scale  # [batch, s, v]
-    targets, seen = target_distribution(tokens, v), seen_mask(tokens, v)
-    probs = logits.softmax(dim=-1)
-    pattern = cache["blocks.0.attn.hook_pattern"]  # [batch, head, query_pos, key_pos]
-    s = torch.arange(1, v)
-    per_position = {
-        "tv": metrics.total_variation(probs, targets),
-        "invalid_mass": metrics.invalid_mass(probs, seen),
-        "kl": metrics.kl_divergence(targets, logits),
-        "logit_gap": metrics.logit_gap(logits, seen),
-        "entropy_ratio": metrics.attention_entropy(pattern).mean(1) / s.log().clamp_min(1e-30),
-        "max_attention": metrics.max_attention(pattern).mean(1),
-        "n_eff": metrics.effective_tokens(pattern).mean(1),
-        "top1_legal": metrics.top1_legal(logits, seen),
-    }
-    means = {name: value.mean(dim=0).numpy() for name, value in per_position.items()}
-    means["entropy_ratio"][0] = 1.0  # s = 1: one key, the ratio 0/0 is uniform by definition
-    return LengthTable(s=s.numpy(), **means)
+    logits, cache = run_with_cache(model, tokens, names=[PATTERN])
+    targets = target_distribution(tokens, v)
+    return length_metrics(
+        logits, targets, pattern=cache[PATTERN], logit_scales=(logit_scale,)
+    )[0]
 
 
 METRICS = tuple(f.name for f in fields(LengthTable) if f.name != "s")  # every per-length metric

@@ -6,12 +6,13 @@ live in :mod:`.common`.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 from matplotlib.axes import Axes
 
-from .common import ensure_axes
+from ..core.evaluation import LengthTable
+from .common import ensure_axes, panels, plot_metric
 from .style import PALETTE
 
 
@@ -77,3 +78,32 @@ def plot_training_loss(
     ax.set(xlabel="training step", ylabel="cross-entropy (nats)", title=title)
     ax.legend(fontsize="small", ncols=2)
     return ax
+
+
+# metric, y label, panel title: the four panels of chapter 1's first per-length figure
+LENGTH_PANELS = (
+    ("tv", "TV to p*", "Total variation"),
+    ("invalid_mass", "probability of seen tokens", "Invalid mass"),
+    ("kl", "KL(p* || p) (nats)", "KL divergence"),
+    ("top1_legal", "fraction of sequences", "Top-1 accuracy (argmax legal)"),
+)
+
+
+def plot_length_panels(
+    runs: Mapping[str, Sequence[LengthTable]], train_length: int, title: str
+) -> list[Axes]:
+    """TV, invalid mass, KL and top-1 accuracy against ``s`` (2 x 2 panels), one seed band
+    per run (label -> one table per seed)."""
+    _, axes = panels(2, 2, width=5.2, height=3.6, title=title)
+    for ax, (metric, ylabel, panel_title) in zip(axes, LENGTH_PANELS):
+        ylim = (0.0, 1.05) if metric == "top1_legal" else None
+        plot_metric(
+            runs,
+            metric,
+            ylabel=ylabel,
+            title=panel_title,
+            train_length=train_length,
+            ylim=ylim,
+            ax=ax,
+        )
+    return list(axes)

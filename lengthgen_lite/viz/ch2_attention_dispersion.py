@@ -9,7 +9,7 @@ order, and the axis ranges are fixed, so the static slider only swaps data.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cache
 
@@ -19,7 +19,8 @@ import seaborn as sns
 from matplotlib.axes import Axes
 from plotly.subplots import make_subplots
 
-from .common import ensure_axes
+from ..core.evaluation import LengthTable
+from .common import ensure_axes, panels, plot_length_curves, plot_metric
 from .style import PALETTE
 
 
@@ -158,3 +159,98 @@ def plot_attention_pattern(
     ax.tick_params(axis="x", labelsize="x-small", rotation=0)
     ax.tick_params(axis="y", labelsize="small", rotation=0)
     return ax
+
+
+def plot_spread_measures(
+    runs: Mapping[str, Sequence[LengthTable]],
+    entropy: Mapping[str, np.ndarray],
+    train_length: int,
+) -> list[Axes]:
+    """Three measures of attention spread against ``s`` (entropy in nats [K, v-1] per run,
+    N_eff, the largest weight), each with its uniform value dashed."""
+    s = next(iter(runs.values()))[0].s
+    title = "Three measures of spread; dashed: the uniform value (log s, s, 1/s)"
+    _, axes = panels(3, width=4.6, height=4.0, title=title)
+    plot_length_curves(
+        s,
+        entropy,
+        ylabel="attention entropy H (nats)",
+        title="Entropy",
+        train_length=train_length,
+        references={"uniform: log s": np.log(s)},
+        ax=axes[0],
+    )
+    common = {"train_length": train_length, "legend": False}
+    plot_metric(
+        runs,
+        "n_eff",
+        ylabel="N_eff (tokens)",
+        title="Effective number of tokens",
+        references={"uniform: s": s},
+        ax=axes[1],
+        **common,
+    )
+    plot_metric(
+        runs,
+        "max_attention",
+        ylabel="largest attention weight",
+        title="Largest weight",
+        references={"uniform: 1/s": 1 / s},
+        logy=True,
+        ax=axes[2],
+        **common,
+    )
+    return list(axes)
+
+
+def plot_gap_decay(
+    s: np.ndarray,
+    gap: Mapping[str, np.ndarray],
+    C: float,
+    train_length: int,
+) -> list[Axes]:
+    """The logit gap against ``s`` on a log scale with ``2C/s`` dashed, and ``s x gap``
+    with ``2C`` dashed (flat means exactly 1/s). ``gap``: [K, v-1] per run."""
+    title = "The logit gap shrinks with the prefix length"
+    _, axes = panels(2, width=5.6, height=4.0, title=title)
+    plot_length_curves(
+        s,
+        gap,
+        ylabel="logit gap (logit units)",
+        title="Gap, log scale",
+        train_length=train_length,
+        references={"2C/s (C: soft gap at s = 2)": 2 * C / s},
+        logy=True,
+        ax=axes[0],
+    )
+    plot_length_curves(
+        s,
+        {name: g * s for name, g in gap.items()},
+        ylabel="s x gap (logit units)",
+        title="s x gap: flat means exactly 1/s",
+        train_length=train_length,
+        references={"2C": np.full(len(s), 2 * C)},
+        ax=axes[1],
+    )
+    return list(axes)
+
+
+def plot_implied_invalid_mass(
+    s: np.ndarray,
+    invalid: Mapping[str, np.ndarray],
+    implied: Mapping[str, np.ndarray],
+    train_length: int,
+) -> list[Axes]:
+    """Per run, the measured invalid mass beside the one the mean gap alone implies."""
+    title = "Invalid mass: measured, and implied by the gap alone"
+    _, axes = panels(2, width=5.6, height=3.8, title=title)
+    for ax, name in zip(axes, invalid):
+        plot_length_curves(
+            s,
+            {"measured": invalid[name], "implied by the mean gap": implied[name]},
+            ylabel="probability of seen tokens",
+            title=name,
+            train_length=train_length,
+            ax=ax,
+        )
+    return list(axes)

@@ -17,7 +17,7 @@ from plotly.subplots import make_subplots
 
 from ..chapters.ch3_analysis import DimensionSweep
 from ..chapters.ch3_construction import NormComparison
-from .common import ensure_axes, panels
+from .common import ensure_axes, panels, plot_length_curves
 from .sliders import SliderFigure, live_slider, static_slider_figure
 from .style import PALETTE
 
@@ -239,3 +239,45 @@ def theorem_live_slider(
     if len(comparisons) != len(vs) * len(Cs):
         raise ValueError("comparisons must cover every (v, C) pair of its v and C values")
     return live_slider(draw, {"v": vs, "C": Cs, "s": list(range(1, max(vs)))})
+
+
+def plot_ln_gap(
+    s: np.ndarray, raw_gap: np.ndarray, ln_gap_measured: np.ndarray, v: int
+) -> Axes:
+    """The present-minus-absent gap of the LN construction before the norm (1/s) and read off
+    the logits after it (v / sqrt(s (v - s))), against ``s``."""
+    curves = {
+        "measured before the norm (divided by k)": raw_gap,
+        "measured from the logits, with the norm": ln_gap_measured,
+    }
+    references = {"1/s": 1.0 / s, "v / sqrt(s (v - s))": v / np.sqrt(s * (v - s))}
+    return plot_length_curves(
+        s,
+        curves,
+        references=references,
+        ylabel="present minus absent (logit units / g)",
+        title=f"The LN gap in the real model (v = {v}, uniform attention)",
+    )
+
+
+def plot_margins(
+    s: np.ndarray,
+    margins: Mapping[str, np.ndarray],
+    law: np.ndarray,
+    *,
+    title: str,
+    zero: bool = False,
+) -> Axes:
+    """Margins (smallest absent minus largest present logit) against ``s`` beside the law
+    2C/s (and the zero margin if ``zero``), lengths 1-2 shaded as the fitted ones."""
+    references = {"the law 2C/s": law}
+    if zero:
+        references["zero margin"] = np.zeros_like(law)
+    return plot_length_curves(
+        s,
+        margins,
+        references=references,
+        ylabel="margin: min absent - max present logit",
+        title=title,
+        train_length=2,
+    )

@@ -5,6 +5,8 @@ Both read the results file that `make bench` writes (`benchmarks/speed.py`); not
 
 from __future__ import annotations
 
+import json
+import pathlib
 from typing import Any, Mapping, Sequence
 
 import numpy as np
@@ -80,3 +82,80 @@ def plot_fast_path(rows: Sequence[Mapping[str, Any]], *, title: str) -> Figure:
     ax.set_ylabel("CPU ms per seed-step, one thread")
     ax.legend(fontsize="small")
     return fig
+
+
+def load_results(path: str | pathlib.Path) -> dict[str, Any]:
+    """The results file that `make bench` writes (``benchmarks/results/speed.json``)."""
+    return json.loads(pathlib.Path(path).read_text())
+
+
+def machine_summary(machine: Mapping[str, Any]) -> dict[str, Any]:
+    """The machine the benchmarks ran on, as the speed page lists it (label -> value)."""
+    return {
+        "CPU": machine["cpu"],
+        "cores": machine["cores"],
+        "torch threads": machine["torch_threads"],
+        "load average before (1, 5, 15 min)": machine["load_before"],
+        "after": machine["load_after"],
+    }
+
+
+def load_text(load: Sequence[float]) -> str:
+    """Load averages as the prose quotes them: ``"0.5, 0.7, 0.9"``."""
+    return ", ".join(f"{x:.1f}" for x in load)
+
+
+def batching_numbers(results: Mapping[str, Any]) -> dict[str, Any]:
+    """The batching numbers the speed page quotes (glue name -> value)."""
+    import pandas as pd
+
+    batching = pd.DataFrame(results["batching"])
+    wide = batching.set_index(["batch", "seeds"])
+    best = results["matmul_bound"]
+    small = batching["batch"].min()
+    at_k = batching[batching["seeds"] == best["seeds"]]
+    return {
+        "speed-k": best["seeds"],
+        "speed-batch": best["batch"],
+        "speed-x": round(float(wide.loc[(best["batch"], best["seeds"]), "speedup"]), 1),
+        "speed-x-small": round(float(wide.loc[(small, best["seeds"]), "speedup"]), 1),
+        "speed-small-batch": int(small),
+        "speed-bound": round(float(best["speedup_bound"]), 1),
+        "speed-matmul-ms": round(float(best["batched_matmul_ms_per_step"]), 1),
+        "speed-other-ms": round(float(best["batched_other_ops_ms_per_step"]), 1),
+        "speed-pays-most": int(at_k.loc[at_k["speedup"].idxmax(), "batch"]),
+    }
+
+
+# the columns of the fast-path table, in the page's order
+FAST_PATH_COLUMNS = (
+    "seeds",
+    "batch",
+    "positions",
+    "targets",
+    "reference_ms",
+    "fast_ms",
+    "compiled_ms",
+    "fast_speedup",
+    "compiled_speedup",
+    "compile_cold_s",
+    "compile_warm_s",
+    "break_even_seed_steps",
+    "limit_ms",
+)
+
+
+def fast_path_numbers(
+    fast: Mapping[str, Any], chapter: str = "ch5 post-norm"
+) -> dict[str, Any]:
+    """The fast-path numbers the speed page quotes for ``chapter`` (glue name -> value)."""
+    (row,) = [row for row in fast["rows"] if row["chapter"] == chapter]
+    return {
+        "speed-fast-x": round(float(row["fast_speedup"]), 1),
+        "speed-compiled-x": round(float(row["compiled_speedup"]), 1),
+        "speed-compile-cold": round(float(row["compile_cold_s"])),
+        "speed-compile-warm": round(float(row["compile_warm_s"])),
+        "speed-break-even": int(round(float(row["break_even_seed_steps"]), -2)),
+        "speed-limit-x": round(float(row["compiled_ms"] / row["limit_ms"]), 1),
+        "speed-fast-load": load_text(fast["load_before"]),
+    }
