@@ -9,7 +9,7 @@ draws (``viz.common`` plus ``viz.chN_*`` mirroring the chapters).
 from importlib import metadata as _metadata
 
 from .core.evaluation import LengthTable, evaluate_set_complement
-from .core.model import ModelConfig, Transformer, hook_names, run_with_cache
+from .core.model import PLACEMENTS, ModelConfig, Transformer, hook_names, init_model, run_with_cache, run_with_hooks
 from .core.seeding import make_generator, seed_everything
 from .core.tasks import Batch, SetComplement, enumerate_sequences, sample_next_tokens, sample_sequences, seen_mask, target_distribution
 from .core.training import TrainConfig, TrainResult, train
@@ -20,6 +20,7 @@ except _metadata.PackageNotFoundError:  # imported from a source tree that was n
     __version__ = "unknown"
 
 __all__ = [
+    "PLACEMENTS",
     "Batch",
     "LengthTable",
     "ModelConfig",
@@ -30,8 +31,10 @@ __all__ = [
     "enumerate_sequences",
     "evaluate_set_complement",
     "hook_names",
+    "init_model",
     "make_generator",
     "run_with_cache",
+    "run_with_hooks",
     "sample_next_tokens",
     "sample_sequences",
     "seed_everything",

@@ -36,9 +36,7 @@ def test_train_baseline_is_train_on_the_setup(monkeypatch):
 # --- what chapter 1 reads off the baseline ---------------------------------------------------
 
 import numpy as np  # noqa: E402
-import torch  # noqa: E402
 
-from lengthgen_lite.chapters import ch1_set_complement as ch1  # noqa: E402
 from lengthgen_lite.core.evaluation import METRICS, LengthTable, aggregate_seeds  # noqa: E402
 from lengthgen_lite.core.tasks import seen_mask, target_distribution  # noqa: E402
 

@@ -132,7 +132,7 @@ def test_input_kl_tables_agree_with_the_excess_loss():
 # --- what the chapter reads off its sweeps (synthetic sweeps: no training) -------------------
 
 from lengthgen_lite.chapters import ch3_analysis as ch3a  # noqa: E402
-from lengthgen_lite.chapters.ch3_analysis import DimensionSweep, TiedPair  # noqa: E402
+from lengthgen_lite.chapters.ch3_analysis import DimensionSweep  # noqa: E402
 
 
 def tied_table(v, pair=(0, 1)):

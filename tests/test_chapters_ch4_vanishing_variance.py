@@ -16,9 +16,9 @@ from lengthgen_lite.chapters.ch4_vanishing_variance import (
     stack_field,
     standardize,
 )
-from lengthgen_lite.core.model import RetrievalTransformer, retrieval_config
+from lengthgen_lite.core.model import run_with_hooks
+from lengthgen_lite.core.retrieval import ArgmaxRetrieval, DictionaryLookup, RetrievalTransformer, retrieval_config
 from lengthgen_lite.core.seeding import make_generator, seed_everything
-from lengthgen_lite.core.tasks import ArgmaxRetrieval, DictionaryLookup
 from lengthgen_lite.core.training import TrainConfig, train
 
 
@@ -141,8 +141,7 @@ def test_baseline_tables_have_no_normed_statistics_and_scaling_changes_outputs()
     scaled = evaluate_retrieval(model, DICT, [8], n_samples=50, scale=[2.0])
     assert scaled.global_var[0] == pytest.approx(4 * table.global_var[0], rel=1e-5)  # the hook scales attn_out
     inputs = DICT.sample_train_batch(3, 8, make_generator(0)).inputs
-    with scaled_attention_output(model, 0.0):
-        zeroed = model(inputs)
+    zeroed = run_with_hooks(model, inputs, scaled_attention_output(0.0))
     assert not torch.allclose(zeroed, model(inputs))  # and the hook is gone afterwards
     assert not any(m._forward_hooks for m in model.modules())
 
@@ -213,3 +212,100 @@ def test_argmax_near_misses_counts_runner_up_labels():
     assert abs(result.near_miss - result.chance) < 0.15  # an untrained model names runner-ups by chance
     with pytest.raises(ValueError, match="runners_up must be"):
         argmax_near_misses(model, ARGMAX, N=3, runners_up=3)
+
+
+# --- the numbers and scorecard rows the notebook asserts and glues --------------------------------
+
+from lengthgen_lite.chapters import ch4_vanishing_variance as ch4  # noqa: E402
+from lengthgen_lite.runs.scorecard import Claim  # noqa: E402
+
+
+def test_end_ratio_and_seed_se():
+    x = np.array([[1.0, 2.0, 4.0], [2.0, 1.0, 1.0]])
+    np.testing.assert_allclose(ch4.end_ratio(x), [4.0, 0.5])
+    assert ch4.seed_se(np.array([1.0, 3.0])) == pytest.approx(1.0)
+
+
+def test_law_check_on_the_exact_law():
+    head, N = random_head(d_model=8, seed=0), [4, 16, 64]
+    sharpness = {ch4.UNIFORM: 0.0, ch4.DIFFUSE: 1.0, ch4.SHARP: 3.0}
+    law = {k: 1 / np.sqrt(N) for k in sharpness}
+    std = {ch4.UNIFORM: law[ch4.UNIFORM], ch4.DIFFUSE: 1.1 * law[ch4.DIFFUSE], ch4.SHARP: 0.95 * law[ch4.SHARP]}
+    all_std = {ch4.UNIFORM: np.tile(law[ch4.UNIFORM][:, None], (1, 8))}
+    n_eff = {k: np.array(N, dtype=float) for k in sharpness}
+    check = ch4.law_check(head, N, sharpness, std, law, all_std, n_eff, n_sets=1000)
+    assert check.slopes[ch4.UNIFORM] == pytest.approx(-0.5) and np.allclose(check.all_slopes, -0.5)
+    assert check.law_err[ch4.UNIFORM] == pytest.approx(0.0, abs=1e-12) and check.law_dev == pytest.approx(0.1)
+    assert check.rel_se == pytest.approx(1 / np.sqrt(1998))
+    assert list(ch4.law_glue(check, n_eff))[:3] == ["slope_uniform", "slope_diffuse", "slope_sharp"]
+    (claim,) = ch4.law_scorecard(check, n_sets=1000)
+    assert isinstance(claim, Claim) and claim.key == "ch4-score-law" and claim.verdict == "demonstration"
+    assert "1000 input sets per N" in claim.number
+
+
+def test_paired_gains_sampling_bounds_and_the_layernorm_row():
+    base = np.array([[0.9, 0.5, 0.2], [0.9, 0.5, 0.3]])
+    accuracy = {"dictionary lookup": {"baseline": base, "layernorm": base + 0.3, "standardize": base + 0.2},
+                "argmax retrieval": {"baseline": base, "layernorm": base, "standardize": base - 0.01}}
+    gain = ch4.paired_gains(accuracy)
+    np.testing.assert_allclose(gain["dictionary lookup"]["layernorm"], 0.3)
+    pair_se, long_se = ch4.sampling_bounds(400, 2, 2)
+    assert pair_se == pytest.approx(0.05) and long_se == pytest.approx(0.025)
+    glued = ch4.gain_glue(accuracy, gain, np.array([False, True, True]), long_se)
+    assert glued["gain_dict_layernorm_1024"] == 0.3 and glued["gain_argmax_layernorm_1024"] == 0.0
+    assert str(glued["gainmax_argmax"]) == "0.0"  # no "-0.0"
+    claim, share = ch4.layernorm_scorecard(base + 0.3, base, "dict", 0, np.array([False, True, True]), long_se, 400)
+    assert claim.key == "ch4-score-ln-dict" and share == pytest.approx(0.3 / 0.65)
+    assert claim.verdict == "partly reproduced" and "2 seeds, 400 test sets per N" in claim.number
+    claim, _ = ch4.layernorm_scorecard(base, base, "argmax", 0, np.array([False, True, True]), long_se, 400)
+    assert claim.verdict == "not reproduced"
+
+
+class _Run:
+    def __init__(self, fields):
+        self.fields = fields
+
+    def field(self, name):
+        return self.fields[name]
+
+
+def test_shift_ratios_glue_and_rows():
+    K, n = 2, 3
+    flat, falling = np.ones((K, n)), np.array([[1.0, 0.5, 0.25]] * K)
+
+    def run(normed):
+        fields = {"median_feature_var": falling, "global_var": falling, "global_mean": np.zeros((K, n)),
+                  "feature_var": np.stack([falling] * 3, -1)}
+        if normed:
+            fields |= {"normed_median_feature_var": 0.6 * np.ones((K, n)) * [[1, 1, 0.6]], "normed_global_var": flat}
+        return _Run(fields)
+
+    runs = {t: {"baseline": run(False), "layernorm": run(True), "standardize": run(True)}
+            for t in ("argmax retrieval", "dictionary lookup")}
+    shift = ch4.shift_ratios(runs, n_sets=500)
+    np.testing.assert_allclose(shift.before["argmax retrieval", "baseline"], 0.25)
+    np.testing.assert_allclose(shift.after["dictionary lookup", "layernorm"], 0.6)
+    np.testing.assert_allclose(shift.pinned_change("argmax retrieval"), 0.0)
+    assert set(shift.drift) == {(t, v) for t in runs for v in ("baseline", "layernorm", "standardize")}
+    assert ch4.shift_glue(shift)["after_dict"] == 0.6 and ch4.shift_glue(shift)["shrink_argmax"] == 0.25
+    after, before = np.stack(list(shift.after.values())), np.stack([shift.before[k] for k in shift.after])
+    drift = np.stack(list(shift.drift.values()))
+    rows = ch4.shift_scorecard(after.ravel(), before.ravel(), drift.ravel(), shift.median_ratio_se, K)
+    assert [r.key for r in rows] == ["ch4-score-shift", "ch4-score-mean-drift"]
+    assert rows[0].verdict == "reproduced" and rows[1].verdict == "not reproduced"
+    assert "(12 models: 2 tasks, 3 variants, 2 seeds)" in rows[1].number
+
+
+def test_attention_collapse():
+    def run(mass, neff):
+        return _Run({"target_attention": np.array(mass), "n_eff": np.array(neff)})
+
+    variants = {"baseline": run([[0.8, 0.1], [0.6, 0.1]], [[2.0, 50.0], [2.0, 50.0]]),
+                "layernorm": run([[0.8, 0.12], [0.6, 0.12]], [[2.0, 60.0], [2.0, 60.0]]),
+                "standardize": run([[0.8, 0.1], [0.6, 0.1]], [[2.0, 55.0], [2.0, 55.0]])}
+    collapse = ch4.attention_collapse({"argmax retrieval": variants, "dictionary lookup": variants})
+    np.testing.assert_allclose(collapse.normed_gap["argmax retrieval", "layernorm"], [0.0, 0.2])
+    np.testing.assert_allclose(collapse.seed_spread["argmax retrieval", "standardize"], [0.4 / 0.7, 0.0])
+    assert collapse.neff_ratio_argmax == pytest.approx(1.1)
+    assert collapse.target_at_largest["dictionary lookup"] == pytest.approx(0.32 / 3)
+    assert collapse.neff_at_largest["argmax retrieval"] == pytest.approx(55.0)

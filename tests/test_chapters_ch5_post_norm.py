@@ -9,10 +9,11 @@ from lengthgen_lite.chapters.ch5_post_norm import (
     OUTPUT_NORM,
     PLACEMENTS,
     frozen_divisor,
+    frozen_divisor_hooks,
     gap_profile,
     growth,
 )
-from lengthgen_lite.core.model import ModelConfig, Transformer
+from lengthgen_lite.core.model import ModelConfig, Transformer, run_with_hooks
 from lengthgen_lite.core.seeding import seed_everything
 from lengthgen_lite.runs import run
 from lengthgen_lite.runs.scorecard import VERDICTS
@@ -86,15 +87,17 @@ def test_frozen_divisor_is_a_layernorm_with_a_constant_std():
         model.blocks[0].ln_attn_out.layer_norm.bias.normal_()
     tokens = torch.tensor([[0, 1, 2, 3]])
     reference = model(tokens)
-    ln = model.blocks[0].ln_attn_out.layer_norm
+    norm, ln = model.blocks[0].ln_attn_out, model.blocks[0].ln_attn_out.layer_norm
     with frozen_divisor(model, "blocks.0.ln_attn_out", 2.0):
         frozen = model(tokens)
         x = torch.randn(3, 16)
         expected = (x - x.mean(-1, keepdim=True)) / 2.0 * ln.weight + ln.bias
-        torch.testing.assert_close(ln(x), expected)
+        torch.testing.assert_close(norm(x), expected)
     assert not torch.allclose(frozen, reference)
     torch.testing.assert_close(model(tokens), reference)  # the hook is gone afterwards
-    with pytest.raises(ValueError, match="divisor must be positive"):
+    hooks = frozen_divisor_hooks("blocks.0.ln_attn_out", 2.0)
+    assert torch.equal(run_with_hooks(model, tokens, hooks), frozen)
+    with pytest.raises(ValueError, match="divisor must be"):
         with frozen_divisor(model, "blocks.0.ln_attn_out", 0.0):
             pass
 

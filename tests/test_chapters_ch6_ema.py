@@ -18,7 +18,7 @@ from lengthgen_lite.chapters.ch6_ema import (
     tv_by_logit_scale,
 )
 from lengthgen_lite.core.evaluation import evaluate_set_complement
-from lengthgen_lite.core.model import ModelConfig, Transformer
+from lengthgen_lite.core.model import ModelConfig, Transformer, init_model
 from lengthgen_lite.core.seeding import make_generator, seed_everything
 from lengthgen_lite.core.tasks import SetComplement, sample_next_tokens
 from lengthgen_lite.core.training import TrainConfig, train, training_loss
@@ -140,8 +140,7 @@ MODEL = ModelConfig(vocab_size=8, d_model=16)
 
 
 def fresh_model(seed=0):
-    seed_everything(2 * seed)  # as train does for seed `seed`
-    return Transformer(MODEL)
+    return init_model(MODEL, seed)  # the start train uses for seed `seed`
 
 
 def test_training_loss_is_the_loss_train_reports():
@@ -241,7 +240,7 @@ def test_matched_scale_and_scaling_matches():
     assert not scaling_matches(np.array([0.1, 0.2]), np.array([0.5, 0.3]), train=0.15, beyond=0.3)
 
 
-def test_bad_inputs_are_rejected():
+def test_bad_logit_scale_inputs_are_rejected():
     with pytest.raises(ValueError, match="scales"):
         tv_by_logit_scale(model(), 8, [])
     with pytest.raises(ValueError, match="scales"):

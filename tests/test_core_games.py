@@ -88,10 +88,10 @@ def test_first_moves_are_uniform_over_the_board():
 @pytest.mark.parametrize(
     "kwargs, message",
     [
-        (dict(n=1), "n must be an int in 2..8"),
-        (dict(n=3, k=4), "k must be an int in 2..3"),
-        (dict(n=3, k=3, train_length=10), "train_length must be an int in 1..9"),
-        (dict(n=3.0), "n must be an int"),
+        (dict(n=1), "n must be an integer between 2 and 8"),
+        (dict(n=3, k=4), "k must be an integer between 2 and 3"),
+        (dict(n=3, k=3, train_length=10), "train_length must be an integer between 1 and 9"),
+        (dict(n=3.0), "n must be an integer"),
     ],
 )
 def test_bad_game_parameters_raise(kwargs, message):
@@ -101,7 +101,7 @@ def test_bad_game_parameters_raise(kwargs, message):
 
 def test_bad_sampling_and_positions_raise():
     game = TicTacToe(n=3, k=3)
-    with pytest.raises(ValueError, match="size must be an int in 1..9"):
+    with pytest.raises(ValueError, match="size must be an integer between 1 and 9"):
         game.sample_train_batch(4, 10, make_generator(0))
     with pytest.raises(ValueError, match="batch must be a positive int"):
         game.sample_train_batch(0, 3, make_generator(0))
@@ -111,7 +111,7 @@ def test_bad_sampling_and_positions_raise():
         game.legal_moves([0, 0])
     with pytest.raises(ValueError, match="continue a game that ended"):
         game.legal_moves([0, 3, 1, 4, 2, 5])
-    with pytest.raises(ValueError, match="cell must be an int in 0..8"):
+    with pytest.raises(ValueError, match="cell must be an integer between 0 and 8"):
         game.legal_moves([9])
     with pytest.raises(ValueError, match="noise must be"):
         game.play(torch.rand(2, 3, 4))

@@ -81,9 +81,9 @@ def test_batched_sampling_equals_one_generator_at_a_time():
     "call, message",
     [
         (lambda: make_language("dyck2"), "language name='dyck2' is unknown"),
-        (lambda: Dyck1(train_length=0), "train_length must be an int >= 1"),
-        (lambda: AnBn(train_length=1), "train_length must be an int >= 2"),
-        (lambda: AnBn().sample_train_batch(4, 1, make_generator(0)), "size must be an int >= 2"),
+        (lambda: Dyck1(train_length=0), "train_length must be an integer >= 1"),
+        (lambda: AnBn(train_length=1), "train_length must be an integer >= 2"),
+        (lambda: AnBn().sample_train_batch(4, 1, make_generator(0)), "size must be an integer >= 2"),
         (lambda: Dyck1().sample_train_batch(0, 4, make_generator(0)), "batch must be a positive int"),
         (lambda: Dyck1().sample_train_batches(4, 4, []), "generators must hold"),
         (lambda: Dyck1().legal_next(")"), "is not a prefix"),

@@ -1,17 +1,19 @@
 import pytest
 import torch
 
-from lengthgen_lite.chapters.ch4_vanishing_variance import ATTN_OUT, NORMED
 from lengthgen_lite.core.model import (
+    NORM_SITES,
+    PLACEMENTS,
     ModelConfig,
-    RetrievalTransformer,
+    NormSites,
     Transformer,
     hook_names,
-    retrieval_config,
+    hooks_installed,
+    init_model,
     run_with_cache,
+    run_with_hooks,
 )
-from lengthgen_lite.core.seeding import make_generator, seed_everything
-from lengthgen_lite.core.tasks import ArgmaxRetrieval, DictionaryLookup
+from lengthgen_lite.core.seeding import seed_everything
 
 
 ALWAYS = {
@@ -24,12 +26,17 @@ ALWAYS = {
     "blocks.0.hook_resid_mid",
     "blocks.0.hook_resid_post",
 }
-EXTRA = {
+EXTRA = {  # every norm has hook_scale (its divisor) and hook_normalized
     "none": set(),
-    "pre": {"blocks.0.ln1.hook_normalized"},
-    "pre_final": {"blocks.0.ln1.hook_normalized", "ln_final.hook_normalized"},
-    "post": {"blocks.0.ln1.hook_normalized"},
-    "attn_out": {"blocks.0.ln_attn_out.hook_normalized"},
+    "pre": {"blocks.0.ln1.hook_scale", "blocks.0.ln1.hook_normalized"},
+    "pre_final": {
+        "blocks.0.ln1.hook_scale",
+        "blocks.0.ln1.hook_normalized",
+        "ln_final.hook_scale",
+        "ln_final.hook_normalized",
+    },
+    "post": {"blocks.0.ln1.hook_scale", "blocks.0.ln1.hook_normalized"},
+    "attn_out": {"blocks.0.ln_attn_out.hook_scale", "blocks.0.ln_attn_out.hook_normalized"},
 }
 
 
@@ -145,77 +152,173 @@ def test_unknown_queries_value_raises():
         ModelConfig(vocab_size=8, queries="first")
 
 
-ARGMAX = ArgmaxRetrieval(n_classes=4, max_train_size=6)
+# --- the placements, declared once --------------------------------------------------------------
 
 
-DICT = DictionaryLookup(n_keys=32, n_values=4, max_train_size=6)
+def test_placements_are_the_book_vocabulary_in_order():
+    assert PLACEMENTS == ("none", "pre", "pre_final", "post", "attn_out")
+    assert tuple(NORM_SITES) == PLACEMENTS
+    assert set(EXTRA) == set(PLACEMENTS)
+    assert ModelConfig(vocab_size=8, norm="pre_final").norm_sites == NormSites(pre=True, final=True)
 
 
-def small(task, variant):
-    return retrieval_config(task, variant, d_model=16, n_heads=2, d_mlp=32)
+def test_norm_sites_reject_pre_and_post_together():
+    with pytest.raises(ValueError, match="pre and post share"):
+        NormSites(pre=True, post=True)
 
 
-def test_config_per_variant():
-    assert retrieval_config(ARGMAX, "baseline").norm == "none"
-    cfg = retrieval_config(DICT, "standardize")
-    assert (cfg.norm, cfg.norm_kind, cfg.queries, cfg.causal, cfg.positional) == ("attn_out", "standardize", "last", False, "none")
-    assert cfg.vocab_size == DICT.vocab_size and cfg.n_outputs == 4
-    with pytest.raises(ValueError, match="variant='rmsnorm' is unknown"):
-        retrieval_config(DICT, "rmsnorm")
+# --- hook_scale: the norm's divisor -------------------------------------------------------------
 
 
-@pytest.mark.parametrize("variant", ["baseline", "layernorm"])
-def test_logits_at_the_query_and_transformerlens_names(variant):
-    seed_everything(0)
-    model = RetrievalTransformer(small(DICT, variant))
-    batch = DICT.sample_train_batch(5, 6, make_generator(0))
-    logits, cache = run_with_cache(model, batch.inputs)
-    assert logits.shape == (5, 1, 4)
-    assert cache["blocks.0.attn.hook_pattern"].shape == (5, 2, 1, 7)  # the query row over N + 1 keys
-    assert cache[ATTN_OUT].shape == (5, 1, 16)
-    assert (NORMED in hook_names(model)) == (variant == "layernorm")
-
-
-def test_the_model_sees_a_set_order_does_not_matter():
-    seed_everything(1)
-    model = RetrievalTransformer(small(ARGMAX, "layernorm")).eval()
-    inputs = ARGMAX.sample_train_batch(4, 6, make_generator(1)).inputs
-    shuffled = torch.cat([inputs[:, torch.tensor([5, 3, 1, 0, 2, 4])], inputs[:, -1:]], dim=1)
-    torch.testing.assert_close(model(inputs), model(shuffled))
-
-
-def test_query_only_attention_matches_full_attention_at_the_query():
-    seed_everything(2)
-    last = RetrievalTransformer(small(DICT, "layernorm")).eval()
-    full = RetrievalTransformer(ModelConfig(**{**small(DICT, "layernorm").__dict__, "queries": "all"})).eval()
-    full.load_state_dict(last.state_dict())
-    inputs = DICT.sample_train_batch(4, 6, make_generator(2)).inputs
-    torch.testing.assert_close(last(inputs), full(inputs))
-
-
-def test_absent_tokens_add_nothing():
-    seed_everything(3)
-    model = RetrievalTransformer(small(ARGMAX, "baseline"))
-    inputs = torch.tensor([[[0.5, 2.0, -1.0], [0.0, 4.0, -1.0]]])
+def trained_like(norm, kind="layernorm", seed=0, **kwargs):
+    """A model whose norms have non-trivial gains and biases (as after training)."""
+    seed_everything(seed)
+    model = Transformer(ModelConfig(vocab_size=8, d_model=16, norm=norm, norm_kind=kind, **kwargs)).eval()
     with torch.no_grad():
-        _, cache = run_with_cache(model, inputs, names=["hook_embed"])
-        expected = model.embed.weight[2] + 0.5 * model.priority_embed.weight[:, 0]
-    torch.testing.assert_close(cache["hook_embed"][0, 0], expected)
+        for name, p in model.named_parameters():
+            if "layer_norm" in name:
+                p.add_(0.3 * torch.randn_like(p))
+    return model
 
 
-def test_retrieval_model_rejects_unpacked_inputs():
-    model = RetrievalTransformer(small(ARGMAX, "baseline"))
-    with pytest.raises(ValueError, match="packed items"):
-        model(torch.zeros(2, 3, 2))
-    with pytest.raises(ValueError, match="packed items"):
-        model(torch.zeros(2, 3, 3, dtype=torch.long))
+@pytest.mark.parametrize("kind", ["layernorm", "standardize"])
+@pytest.mark.parametrize("norm", ["pre", "pre_final", "post", "attn_out"])
+def test_recording_hook_scale_leaves_every_output_bit_identical(norm, kind):
+    model = trained_like(norm, kind, d_mlp=16)
+    x = tokens()
+    plain = model(x)
+    scales = [name for name in hook_names(model) if name.endswith("hook_scale")]
+    logits, cache = run_with_cache(model, x, names=scales)
+    assert torch.equal(logits, plain)  # the fused layer_norm still ran
+    for name in scales:  # the recorded divisor is sqrt(var + eps) of the norm's input
+        norm_module = model.get_submodule(name.rsplit(".", 1)[0])
+        assert cache[name].shape[-1] == 1 and norm_module.layer_norm.eps == 1e-5
+    _, resid = run_with_cache(model, x, names=["blocks.0.hook_resid_pre"])
+    if norm in ("pre", "pre_final"):
+        x0 = resid["blocks.0.hook_resid_pre"]
+        expected = (x0.var(-1, unbiased=False, keepdim=True) + 1e-5).sqrt()
+        assert torch.equal(cache["blocks.0.ln1.hook_scale"], expected)
 
 
-def test_the_norms_add_no_random_parameters_so_a_seed_starts_every_variant_alike():
-    models = {}
-    for variant in ("baseline", "layernorm", "standardize"):
-        seed_everything(2)  # what train does for seed 1
-        models[variant] = RetrievalTransformer(small(ARGMAX, variant)).state_dict()
-    for name, weight in models["baseline"].items():
-        torch.testing.assert_close(models["layernorm"][name], weight)
-        torch.testing.assert_close(models["standardize"][name], weight)
+@pytest.mark.parametrize("kind", ["layernorm", "standardize"])
+def test_returning_the_scale_itself_reproduces_the_norm(kind):
+    # a replacement equal to the true divisor: the unfused path gives layer_norm up to rounding
+    model = trained_like("attn_out", kind)
+    x = tokens()
+    copy = {"blocks.0.ln_attn_out.hook_scale": lambda scale, _name: scale.clone()}
+    torch.testing.assert_close(run_with_hooks(model, x, copy), model(x))
+
+
+def test_a_frozen_scale_divides_by_the_constant_and_keeps_gain_and_bias():
+    model = trained_like("attn_out")
+    x = tokens()
+    ln = model.blocks[0].ln_attn_out.layer_norm
+    hooks = {"blocks.0.ln_attn_out.hook_scale": lambda scale, _name: torch.tensor(2.0)}
+    _, cache = run_with_cache(model, x, names=["blocks.0.hook_attn_out"], hooks=hooks)
+    logits, frozen = run_with_cache(model, x, names=["blocks.0.ln_attn_out.hook_normalized"], hooks=hooks)
+    h = cache["blocks.0.hook_attn_out"]
+    expected = (h - h.mean(-1, keepdim=True)) / 2.0 * ln.weight + ln.bias
+    torch.testing.assert_close(frozen["blocks.0.ln_attn_out.hook_normalized"], expected)
+    assert not torch.allclose(logits, model(x))
+
+
+def test_training_never_sees_hook_scale_so_it_is_unchanged():
+    from lengthgen_lite.core.tasks import SetComplement
+    from lengthgen_lite.core.training import TrainConfig, train
+
+    cfg = ModelConfig(vocab_size=8, d_model=16, norm="post")
+    result = train(cfg, SetComplement(v=8, train_length=3), TrainConfig(steps=3, warmup=0, batch=4), [0], progress=False)
+    assert not any(m._forward_hooks for m in result.models[0].modules())
+
+
+# --- run_with_hooks -----------------------------------------------------------------------------
+
+
+def test_run_with_hooks_passes_activation_and_name_and_replaces():
+    model = trained_like("none")
+    x = tokens()
+    seen = []
+
+    def zero_attention(out, name):
+        seen.append((name, tuple(out.shape)))
+        return torch.zeros_like(out)
+
+    logits = run_with_hooks(model, x, {"blocks.0.hook_attn_out": zero_attention})
+    assert seen == [("blocks.0.hook_attn_out", (3, 5, 16))]
+    # no attention: the logits are the unembedded token embeddings
+    torch.testing.assert_close(logits, model.unembed(model.embed(x)))
+    assert not any(m._forward_hooks for m in model.modules())
+
+
+def test_run_with_hooks_none_keeps_the_activation_and_restores_training_mode():
+    model = trained_like("post")
+    model.train()
+    x = tokens()
+    logits = run_with_hooks(model, x, {"blocks.0.hook_attn_out": lambda out, name: None})
+    assert model.training
+    assert torch.equal(logits, model.eval()(x))
+
+
+def test_run_with_hooks_and_cache_together_record_the_replacement():
+    model = trained_like("none")
+    hooks = {"blocks.0.hook_attn_out": lambda out, _name: 3 * out}
+    _, plain = run_with_cache(model, tokens(), names=["blocks.0.hook_attn_out"])
+    _, scaled = run_with_cache(model, tokens(), names=["blocks.0.hook_attn_out"], hooks=hooks)
+    assert scaled["blocks.0.hook_attn_out"].shape == plain["blocks.0.hook_attn_out"].shape
+
+
+def test_run_with_hooks_removes_hooks_even_on_error():
+    model = trained_like("none")
+
+    def broken(out, name):
+        raise RuntimeError("inside a hook")
+
+    with pytest.raises(RuntimeError, match="inside a hook"):
+        run_with_hooks(model, tokens(), {"blocks.0.hook_attn_out": broken})
+    assert not any(m._forward_hooks for m in model.modules())
+    with hooks_installed(model, {"hook_embed": lambda out, _name: out}):
+        assert model.hook_embed.hooked
+    assert not model.hook_embed.hooked
+
+
+@pytest.mark.parametrize(
+    "hooks, message",
+    [
+        ({"blocks.0.attn.hook_nope": lambda out, name: None}, "unknown activation names.*hook_embed"),
+        ({"hook_embed": "not a function"}, "must be callable"),
+        ({"hook_embed": lambda out, name: 2.0}, "return a Tensor or None"),
+    ],
+)
+def test_run_with_hooks_bad_input_raises(hooks, message):
+    model = trained_like("none")
+    with pytest.raises(ValueError, match=message):
+        run_with_hooks(model, tokens(), hooks)
+    assert not any(m._forward_hooks for m in model.modules())
+
+
+# --- init_model ---------------------------------------------------------------------------------
+
+
+def test_init_model_is_the_start_train_uses():
+    from lengthgen_lite.core.tasks import SetComplement
+    from lengthgen_lite.core.training import TrainConfig, train
+
+    cfg = ModelConfig(vocab_size=8, d_model=16, norm="attn_out")
+    # what train did before init_model existed: seed_everything(2 * seed), then build
+    seed_everything(2 * 3)
+    replayed = Transformer(cfg).state_dict()
+    for name, weight in init_model(cfg, 3).state_dict().items():
+        assert torch.equal(weight, replayed[name])
+    # one step at lr 0 leaves the weights at their start: train starts seed k from init_model(cfg, k)
+    result = train(cfg, SetComplement(v=8, train_length=3), TrainConfig(steps=1, warmup=1, lr=1e-30), [3, 5],
+                   progress=False)
+    start = init_model(cfg, 5).state_dict()
+    for name, weight in result.models[1].state_dict().items():
+        torch.testing.assert_close(weight, start[name], atol=1e-6, rtol=0)
+    assert not torch.equal(init_model(cfg, 4).embed.weight, init_model(cfg, 5).embed.weight)
+
+
+@pytest.mark.parametrize("seed", [-1, 1.5, True, "0"])
+def test_init_model_rejects_bad_seeds(seed):
+    with pytest.raises(ValueError, match="seed must be"):
+        init_model(ModelConfig(vocab_size=8), seed)

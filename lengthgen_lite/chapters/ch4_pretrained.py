@@ -24,6 +24,7 @@ import numpy as np
 import torch
 
 from ..core.seeding import make_generator
+from ..core.validation import is_int
 
 FIRST_WORD_PIECE = 1996  # "the": ids below are [PAD], [unused*], [UNK], [CLS], [SEP], [MASK] and single characters
 
@@ -76,9 +77,9 @@ def random_token_sequences(
     first_id: int = FIRST_WORD_PIECE,
 ) -> torch.Tensor:
     """[n_sequences, N] long: [CLS], N - 2 word pieces uniform in first_id..vocab_size-1, [SEP]."""
-    if not isinstance(N, int) or isinstance(N, bool) or N < 3:
+    if not is_int(N) or N < 3:
         raise ValueError(f"N must be an int >= 3 ([CLS], at least one token, [SEP]), got {N!r}")
-    if not isinstance(n_sequences, int) or isinstance(n_sequences, bool) or n_sequences < 1:
+    if not is_int(n_sequences) or n_sequences < 1:
         raise ValueError(f"n_sequences must be a positive int, got {n_sequences!r}")
     if not 0 <= first_id < vocab_size:
         raise ValueError(f"first_id must be in 0..vocab_size-1 = 0..{vocab_size - 1}, got {first_id}")
@@ -94,7 +95,7 @@ def resolve_position(position: Position, N: int) -> int:
     """The index in 0..N-1 that ``position`` names in a sequence of N tokens."""
     if position == "middle":
         return N // 2
-    if not isinstance(position, int) or isinstance(position, bool) or not -N <= position < N:
+    if not is_int(position) or not -N <= position < N:
         raise ValueError(f"position must be 'middle' or an int in -N..N-1 = {-N}..{N - 1}, got {position!r}")
     return position % N
 

@@ -8,15 +8,15 @@ one batched call); the readers below take its ``Results``.
 
 The mechanism measurements ask one question: is the gap kept by a sharper attention pattern, or
 by the norm dividing a still-uniform average by its shrinking spread? :func:`gap_profile` records
-both, and re-runs the model with the norm's divisor frozen to a constant (:func:`frozen_divisor`).
+both, and re-runs the model with the norm's divisor (its ``hook_scale``) frozen to a constant
+(:func:`frozen_divisor_hooks`, through ``run_with_hooks``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import get_args
 
 import numpy as np
 import torch
@@ -24,15 +24,13 @@ from torch import Tensor, nn
 
 from ..core import metrics
 from ..core.evaluation import length_metrics
-from ..core.model import NormPlacement, run_with_cache
+from ..core.model import PLACEMENTS, hooks_installed, run_with_cache, run_with_hooks
 from ..core.seeding import make_generator
 from ..core.tasks import sample_sequences, seen_mask, target_distribution
-from ..core.validation import require_choice
+from ..core.validation import require_choice, require_number
 from ..runs import Results, Spec
 from ..runs.scorecard import Claim, verdict
 from .ch1_set_complement import BASELINE, SEEDS, TRAIN_LENGTH
-
-PLACEMENTS: tuple[str, ...] = get_args(NormPlacement)
 
 # The norm whose input contains the attention average, by placement. "pre" normalises only the
 # token embeddings before attention, and "none" has no norm: neither can rescale the average.
@@ -45,24 +43,21 @@ def _length_ranges(s: np.ndarray, train_length: int) -> tuple[np.ndarray, np.nda
     return s <= train_length, s > train_length
 
 
+def frozen_divisor_hooks(name: str, divisor: float) -> dict[str, Callable[[Tensor, str], Tensor]]:
+    """Hooks (for ``run_with_hooks``) that make the norm ``name`` divide by the constant
+    ``divisor`` instead of each vector's own std (its ``hook_scale``); its centring, gain and bias
+    are kept. Removes the rescaling and nothing else."""
+    divisor = require_number("divisor", divisor, minimum=0.0, strict=True)
+    frozen = torch.tensor(divisor)  # a 0-dim tensor: divides exactly as the float itself does
+    return {f"{name}.hook_scale": lambda _scale, _name: frozen}
+
+
 @contextmanager
 def frozen_divisor(model: nn.Module, name: str, divisor: float) -> Iterator[None]:
-    """Inside the block, the norm ``name`` divides by the constant ``divisor`` instead of each
-    vector's own std; its centring, gain and bias are kept. Removes the rescaling and nothing else."""
-    if not divisor > 0:
-        raise ValueError(f"divisor must be positive, got {divisor!r}")
-    layer_norm = model.get_submodule(name).layer_norm
-
-    def hook(module: nn.LayerNorm, inputs: tuple[Tensor, ...], output: Tensor) -> Tensor:
-        x = inputs[0]
-        y = (x - x.mean(dim=-1, keepdim=True)) / divisor
-        return y if module.weight is None else y * module.weight + module.bias
-
-    handle = layer_norm.register_forward_hook(hook)
-    try:
+    """Inside the block, the norm ``name`` divides by the constant ``divisor``
+    (:func:`frozen_divisor_hooks`, installed on ``model`` until the block ends)."""
+    with hooks_installed(model, frozen_divisor_hooks(name, divisor)):
         yield
-    finally:
-        handle.remove()
 
 
 @dataclass(frozen=True)
@@ -93,16 +88,9 @@ def gap_profile(model: nn.Module, n_sequences: int = 2000, seed: int = 0, train_
     inside, _ = _length_ranges(s, train_length)
     names = ["blocks.0.attn.hook_pattern", "blocks.0.hook_attn_out"]
     norm_name = OUTPUT_NORM.get(model.cfg.norm)
-    inputs: list[Tensor] = []
-    handle = None
-    if norm_name is not None:  # record what the output norm receives
-        layer_norm = model.get_submodule(norm_name).layer_norm
-        handle = layer_norm.register_forward_hook(lambda _m, i, _o: inputs.append(i[0]))
-    try:
-        logits, cache = run_with_cache(model, tokens, names=names)
-    finally:
-        if handle is not None:
-            handle.remove()
+    if norm_name is not None:  # what the output norm divides by (recorded: the norm is unchanged)
+        names.append(f"{norm_name}.hook_scale")
+    logits, cache = run_with_cache(model, tokens, names=names)
     pattern = cache["blocks.0.attn.hook_pattern"]  # [batch, head, query_pos, key_pos]
     table = length_metrics(logits, target_distribution(tokens, v), pattern=pattern)[0]
     gap, entropy_ratio = table.logit_gap, table.entropy_ratio  # [v-1]
@@ -112,10 +100,9 @@ def gap_profile(model: nn.Module, n_sequences: int = 2000, seed: int = 0, train_
         divisor = np.full(v - 1, np.nan)
         frozen_gap = gap
     else:
-        eps = model.get_submodule(norm_name).layer_norm.eps
-        divisor = (inputs[0].var(dim=-1, unbiased=False) + eps).sqrt().mean(0).numpy()  # [v-1]
-        with frozen_divisor(model, norm_name, float(divisor[inside].mean())):
-            frozen_logits, _ = run_with_cache(model, tokens, names=[])
+        divisor = cache[f"{norm_name}.hook_scale"].squeeze(-1).mean(0).numpy()  # [v-1]
+        hooks = frozen_divisor_hooks(norm_name, float(divisor[inside].mean()))
+        frozen_logits = run_with_hooks(model, tokens, hooks)
         frozen_gap = metrics.logit_gap(frozen_logits, seen).mean(0).numpy()
     return GapProfile(s, gap, frozen_gap, divisor, attn_out_std, entropy_ratio, max_ratio)
 

@@ -27,7 +27,7 @@ import torch
 from torch import Tensor, nn
 
 from ..core.evaluation import length_metrics
-from ..core.model import NormPlacement, run_with_cache
+from ..core.model import PLACEMENTS, NormPlacement, run_with_cache
 from ..core.seeding import make_generator, numpy_generator
 from ..core.tasks import Batch, Task, sample_next_tokens, sample_sequences, target_distribution
 from ..core.training import TargetKind, TrainResult, training_loss
@@ -271,7 +271,7 @@ class SearchSpace:
 
     lr: tuple[float, float] = (1e-3, 3e-2)  # log-uniform
     batch: tuple[int, ...] = (32, 64, 128)
-    norm: tuple[NormPlacement, ...] = ("none", "pre", "pre_final", "post", "attn_out")
+    norm: tuple[NormPlacement, ...] = PLACEMENTS
     dropout: tuple[float, float] = (0.0, 0.3)  # uniform
 
     def __post_init__(self) -> None:

@@ -25,6 +25,7 @@ from torch import nn
 from ..core.evaluation import PATTERN, length_metrics
 from ..core.games import TicTacToe
 from ..core.languages import LANGUAGES, Language, make_language
+from ..core.model import PLACEMENTS as ALL_PLACEMENTS
 from ..core.model import run_with_cache
 from ..core.seeding import make_generator
 from ..core.tasks import Batch
@@ -35,7 +36,7 @@ from ..runs.scorecard import Claim, verdict
 
 TaskName = Literal["tictactoe", "dyck1", "anbn", "unlock", "norepeat"]
 TASKS: tuple[str, ...] = get_args(TaskName)
-PLACEMENTS: tuple[str, ...] = ("none", "pre", "post", "attn_out")  # chapter 5's, without pre_final
+PLACEMENTS: tuple[str, ...] = tuple(p for p in ALL_PLACEMENTS if p != "pre_final")  # ch. 5's, no pre_final
 VARIANTS = ("raw", "ema")
 SEEDS = (0, 1, 2)
 EMA_BETA = 0.99

@@ -6,12 +6,21 @@ The names imported below are the core's public API (``from lengthgen_lite.core i
 
 from .averaging import BEMA, EMA, make_bema, make_ema
 from .evaluation import LengthTable, PrefixProfile, evaluate_seeds, evaluate_set_complement, prefix_profile
-from .model import ModelConfig, RetrievalTransformer, Transformer, hook_names, retrieval_config, run_with_cache
+from .model import (
+    NORM_SITES,
+    PLACEMENTS,
+    ModelConfig,
+    NormSites,
+    Transformer,
+    hook_names,
+    init_model,
+    run_with_cache,
+    run_with_hooks,
+)
+from .retrieval import ArgmaxRetrieval, DictionaryLookup, RetrievalTransformer, retrieval_config
 from .seeding import make_generator, seed_everything
 from .tasks import (
-    ArgmaxRetrieval,
     Batch,
-    DictionaryLookup,
     SetComplement,
     Task,
     enumerate_sequences,

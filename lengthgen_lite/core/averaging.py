@@ -29,6 +29,7 @@ from __future__ import annotations
 import torch
 
 from .training import AveragerFactory, StackedParams
+from .validation import is_int
 
 
 def _copy(params: StackedParams) -> StackedParams:
@@ -40,7 +41,7 @@ def ema_decay(step: int, beta: float) -> float:
 
     Without the warm-up the average would remember the random initial weights for ~1/(1-beta) steps.
     """
-    if not isinstance(step, int) or step < 0:
+    if not is_int(step) or step < 0:
         raise ValueError(f"step must be an int >= 0, got {step!r}")
     return min(beta, (1 + step) / (10 + step))
 
@@ -65,7 +66,7 @@ class EMA:
 
 def bema_coefficients(t: int, kappa: float, eta: float, rho: float, gamma: float) -> tuple[float, float]:
     """``(beta_t, alpha_t) = ((rho + gamma t)^-kappa, (rho + gamma t)^-eta)`` for ``t`` steps after the snapshot."""
-    if not isinstance(t, int) or t < 0:
+    if not is_int(t) or t < 0:
         raise ValueError(f"t must be an int >= 0, got {t!r}")
     base = rho + gamma * t
     return base**-kappa, base**-eta
@@ -95,9 +96,9 @@ class BEMA:
             raise ValueError(f"rho must be >= 1 (so that beta_t, alpha_t <= 1), got {rho!r}")
         if not gamma > 0.0:
             raise ValueError(f"gamma must be > 0, got {gamma!r}")
-        if not isinstance(tau, int) or isinstance(tau, bool) or tau < 0:
+        if not is_int(tau) or tau < 0:
             raise ValueError(f"tau (burn-in steps) must be an int >= 0, got {tau!r}")
-        if not isinstance(phi, int) or isinstance(phi, bool) or phi < 1:
+        if not is_int(phi) or phi < 1:
             raise ValueError(f"phi (update every phi steps) must be an int >= 1, got {phi!r}")
         self.kappa, self.eta, self.rho, self.gamma, self.tau, self.phi = kappa, eta, rho, gamma, tau, phi
         self.snapshot: StackedParams | None = _copy(params) if tau == 0 else None

@@ -23,15 +23,16 @@ from typing import Sequence
 import torch
 from torch import Tensor
 
-from .tasks import Batch, NoiseSampler, check_int
+from .tasks import Batch, NoiseSampler
+from .validation import require_int
 
 EMPTY, FIRST, SECOND = -1, 0, 1  # board cell contents; FIRST and SECOND are the players
 
 
 def winning_lines(n: int, k: int) -> Tensor:
     """Every window of ``k`` cells in a row, column or diagonal of an ``n x n`` board: [lines, n^2] bool."""
-    check_int("n", n, 2)
-    check_int("k", k, 2, n)
+    require_int("n", n, 2)
+    require_int("k", k, 2, n)
     lines = []
     for r, c in itertools.product(range(n), repeat=2):
         for dr, dc in ((0, 1), (1, 0), (1, 1), (1, -1)):
@@ -55,9 +56,9 @@ class TicTacToe(NoiseSampler):
     train_length: int = 6
 
     def __post_init__(self) -> None:
-        check_int("n", self.n, 2, 8)
-        check_int("k", self.k, 2, self.n)
-        check_int("train_length", self.train_length, 1, self.n * self.n)
+        require_int("n", self.n, 2, 8)
+        require_int("k", self.k, 2, self.n)
+        require_int("train_length", self.train_length, 1, self.n * self.n)
 
     @property
     def cells(self) -> int:
@@ -87,7 +88,7 @@ class TicTacToe(NoiseSampler):
         return self.cells
 
     def _check_size(self, size: int) -> None:
-        check_int("size", size, 1, self.cells)  # games cut after ``size`` moves; test sizes too
+        require_int("size", size, 1, self.cells)  # games cut after ``size`` moves; test sizes too
 
     def draw_noise(self, batch: int, size: int, generator: torch.Generator) -> Tensor:
         return torch.rand(batch, size, self.cells, generator=generator)  # [batch, moves, n^2]
@@ -131,7 +132,7 @@ class TicTacToe(NoiseSampler):
         """The board after ``moves`` (cells, players alternating from FIRST): [n^2] with EMPTY/FIRST/SECOND."""
         board = torch.full((self.cells,), EMPTY)
         for t, cell in enumerate(moves):
-            check_int("cell", cell, 0, self.cells - 1)
+            require_int("cell", cell, 0, self.cells - 1)
             if board[cell] != EMPTY:
                 raise ValueError(f"cell {cell} is played twice in moves {list(moves)!r}")
             board[cell] = t % 2

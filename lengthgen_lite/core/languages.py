@@ -32,7 +32,8 @@ from typing import ClassVar, Sequence
 import torch
 from torch import Tensor
 
-from .tasks import Batch, NoiseSampler, check_int
+from .tasks import Batch, NoiseSampler
+from .validation import require_int
 
 
 @dataclass(frozen=True)
@@ -49,7 +50,7 @@ class Language(NoiseSampler):
     min_size: ClassVar[int] = 1  # the shortest input size the generator supports
 
     def __post_init__(self) -> None:
-        check_int("train_length", self.train_length, self.min_size)
+        require_int("train_length", self.train_length, self.min_size)
 
     # --- the Task protocol --------------------------------------------------------------------
     @property
@@ -69,7 +70,7 @@ class Language(NoiseSampler):
         return len(self.alphabet) + 1  # symbols, then EOS
 
     def _check_size(self, size: int) -> None:
-        check_int("size", size, self.min_size)  # words cut (or padded) to ``size`` symbols; test sizes too
+        require_int("size", size, self.min_size)  # words cut (or padded) to ``size`` symbols; test sizes too
 
     def draw_noise(self, batch: int, size: int, generator: torch.Generator) -> Tensor:
         return torch.rand(batch, size, generator=generator)  # [batch, size]

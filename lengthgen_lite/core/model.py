@@ -24,31 +24,70 @@ name                                       shape                                
 ``ln_final.hook_normalized``               [batch, pos, d_model]                 norm="pre_final"
 =========================================  ====================================  ==================
 
+Every norm also has ``<norm>.hook_scale`` [batch, pos, 1]: the divisor sqrt(var + eps) of each
+vector (recorded, or replaced by :func:`run_with_hooks`, e.g. frozen to a constant in chapter 5).
+
+Where the norms sit is ``NORM_SITES``, one table from placement name to :class:`NormSites`
+(``PLACEMENTS`` is its names); adding a placement is adding a row (``book/extending.md``).
+
 With ``queries="last"`` (chapter 4) only the last position queries attention and goes on: from
 ``hook_attn_scores`` on, ``query_pos`` and ``pos`` have size 1 and the logits are [batch, 1, n_outputs].
 
-``RetrievalTransformer`` (chapter 4) is the same model with an input layer for the packed set
-items of the retrieval tasks; it keeps the blocks, norm placements and hook names.
+Chapter 4's retrieval model, a subclass with an input layer for packed set items, lives in
+:mod:`lengthgen_lite.core.retrieval` with its tasks.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Iterable, Iterator, Literal, get_args
+from typing import Literal, get_args
 
 import torch
 from torch import Tensor, nn
 from torch.nn import functional as F
 
-from .tasks import NO_TOKEN, RETRIEVAL_COLUMNS, RetrievalTask, check_int
+from .seeding import seed_everything
+from .validation import require_int, require_number
 
-NormPlacement = Literal["none", "pre", "pre_final", "post", "attn_out"]
 NormKind = Literal["layernorm", "standardize"]
 Positional = Literal["none", "learned"]
 Queries = Literal["all", "last"]
-RetrievalVariant = Literal["baseline", "layernorm", "standardize"]
+
+
+@dataclass(frozen=True)
+class NormSites:
+    """Where one norm placement puts norms in every block (and after the last one).
+
+    ``pre``: on each sub-layer's input (``ln1`` before attention, ``ln2`` before the MLP);
+    ``post``: on the residual stream after each sub-layer is added (the same ``ln1``, ``ln2``);
+    ``attn_out``: on the attention output before it joins the residual (``ln_attn_out``; the MLP
+    stays unnormed); ``final``: once more before the unembedding (``ln_final``).
+    """
+
+    pre: bool = False
+    post: bool = False
+    attn_out: bool = False
+    final: bool = False
+
+    def __post_init__(self) -> None:
+        if self.pre and self.post:
+            raise ValueError("pre and post share the norms ln1/ln2: a placement may use one of them")
+
+
+# The norm placements, declared once: name -> where its norms sit, in the book's order. A new
+# placement is one more row here (book/extending.md); nothing else in the model changes.
+NORM_SITES: dict[str, NormSites] = {
+    "none": NormSites(),
+    "pre": NormSites(pre=True),
+    "pre_final": NormSites(pre=True, final=True),
+    "post": NormSites(post=True),
+    "attn_out": NormSites(attn_out=True),
+}
+PLACEMENTS: tuple[str, ...] = tuple(NORM_SITES)  # the names: none, pre, pre_final, post, attn_out
+NormPlacement = str  # one of PLACEMENTS (a key of NORM_SITES, checked by ModelConfig)
 
 
 @dataclass(frozen=True)
@@ -71,22 +110,34 @@ class ModelConfig:
 
     def __post_init__(self) -> None:
         for name in ("vocab_size", "n_layers", "d_model", "n_heads", "max_len"):
-            check_int(name, getattr(self, name), minimum=1)
-        check_int("d_mlp", self.d_mlp, minimum=0)
+            require_int(name, getattr(self, name), minimum=1)
+        require_int("d_mlp", self.d_mlp, minimum=0)
         if self.n_outputs is not None:
-            check_int("n_outputs", self.n_outputs, minimum=1)
+            require_int("n_outputs", self.n_outputs, minimum=1)
         if self.d_head is None and self.d_model % self.n_heads:
             raise ValueError(
                 f"d_model={self.d_model} is not divisible by n_heads={self.n_heads}; set d_head explicitly"
             )
         if self.d_head is not None:
-            check_int("d_head", self.d_head, minimum=1)
-        for name, literal in (("norm", NormPlacement), ("norm_kind", NormKind), ("positional", Positional), ("queries", Queries)):
-            if getattr(self, name) not in get_args(literal):
-                raise ValueError(f"{name}={getattr(self, name)!r} is unknown; allowed: {get_args(literal)}")
+            require_int("d_head", self.d_head, minimum=1)
+        choices = {
+            "norm": tuple(NORM_SITES),  # PLACEMENTS, and any row added since
+            "norm_kind": get_args(NormKind),
+            "positional": get_args(Positional),
+            "queries": get_args(Queries),
+        }
+        for name, allowed in choices.items():
+            if getattr(self, name) not in allowed:
+                raise ValueError(f"{name}={getattr(self, name)!r} is unknown; allowed: {allowed}")
         for name in ("attn_dropout", "resid_dropout"):
-            if not 0.0 <= getattr(self, name) < 1.0:
-                raise ValueError(f"{name} must be in [0, 1), got {getattr(self, name)!r}")
+            value = getattr(self, name)
+            if not 0.0 <= require_number(name, value) < 1.0:
+                raise ValueError(f"{name} must be in [0, 1), got {value!r}")
+
+    @property
+    def norm_sites(self) -> NormSites:
+        """Where this placement puts norms (``NORM_SITES[norm]``)."""
+        return NORM_SITES[self.norm]
 
     @property
     def head_dim(self) -> int:
@@ -98,22 +149,46 @@ class ModelConfig:
 
 
 class HookPoint(nn.Module):
-    """Identity: a named place where :func:`run_with_cache` can record a tensor."""
+    """Identity: a named place where :func:`run_with_cache` records a tensor and
+    :func:`run_with_hooks` may replace it."""
 
     def forward(self, x: Tensor) -> Tensor:
         return x
 
+    @property
+    def hooked(self) -> bool:
+        """True while a hook is registered here (a recording or an intervention)."""
+        return bool(self._forward_hooks or self._forward_pre_hooks)
+
 
 class Norm(nn.Module):
-    """LayerNorm over features, with affine gain/bias, or plain standardisation (no affine)."""
+    """LayerNorm over features, with affine gain/bias, or plain standardisation (no affine).
+
+    ``hook_scale`` is the divisor, sqrt(var + eps) per vector [..., 1]. Without a hook on it the
+    norm is PyTorch's fused ``layer_norm`` (what every stored output used). With one, the scale is
+    computed and passed through the hook; if the hook only records it, the output is still the
+    fused one (bit for bit); if it returns a replacement, the output is
+    ``(x - mean) / replacement`` with the same gain and bias.
+    """
 
     def __init__(self, d_model: int, kind: NormKind):
         super().__init__()
         self.layer_norm = nn.LayerNorm(d_model, elementwise_affine=(kind == "layernorm"))
+        self.hook_scale = HookPoint()  # [..., 1]
         self.hook_normalized = HookPoint()
 
     def forward(self, x: Tensor) -> Tensor:
-        return self.hook_normalized(self.layer_norm(x))
+        if not self.hook_scale.hooked:
+            return self.hook_normalized(self.layer_norm(x))
+        ln = self.layer_norm
+        scale = (x.var(dim=-1, unbiased=False, keepdim=True) + ln.eps).sqrt()
+        replaced = self.hook_scale(scale)
+        if replaced is scale:  # recorded, not replaced: the fused norm
+            return self.hook_normalized(ln(x))
+        y = (x - x.mean(dim=-1, keepdim=True)) / replaced
+        if ln.weight is not None:
+            y = y * ln.weight + ln.bias
+        return self.hook_normalized(y)
 
 
 def _matmul(a: Tensor, b: Tensor, broadcast: bool) -> Tensor:
@@ -170,7 +245,7 @@ class MLP(nn.Module):
 
 
 class Block(nn.Module):
-    """One layer. ``cfg.norm`` decides where the norms sit:
+    """One layer. ``cfg.norm`` decides where the norms sit (``NORM_SITES``, :class:`NormSites`):
 
     none ``x + attn(x)``; pre/pre_final ``x + attn(LN x)``; post ``LN(x + attn x)``;
     attn_out ``x + LN(attn x)`` (the MLP, if any, follows the same placement; unnormed for attn_out).
@@ -178,31 +253,31 @@ class Block(nn.Module):
 
     def __init__(self, cfg: ModelConfig):
         super().__init__()
-        self.norm = cfg.norm
+        self.sites = sites = cfg.norm_sites
         self.hook_resid_pre = HookPoint()
-        if cfg.norm in ("pre", "pre_final", "post"):
+        if sites.pre or sites.post:
             self.ln1 = Norm(cfg.d_model, cfg.norm_kind)
         self.attn = Attention(cfg)
         self.hook_attn_out = HookPoint()
-        if cfg.norm == "attn_out":
+        if sites.attn_out:
             self.ln_attn_out = Norm(cfg.d_model, cfg.norm_kind)
         self.hook_resid_mid = HookPoint()
         self.mlp = MLP(cfg) if cfg.d_mlp else None
         if self.mlp is not None:
             self.hook_mlp_out = HookPoint()
-            if cfg.norm in ("pre", "pre_final", "post"):
+            if sites.pre or sites.post:
                 self.ln2 = Norm(cfg.d_model, cfg.norm_kind)
         self.dropout = nn.Dropout(cfg.resid_dropout)
         self.hook_resid_post = HookPoint()
 
     def forward(self, x: Tensor, tokens: Tensor | None = None, broadcast: bool = False) -> Tensor:
         """x [batch, pos, d_model]; or a [v, d_model] token table with ``tokens`` (first layer only)."""
-        pre, post = self.norm in ("pre", "pre_final"), self.norm == "post"
+        pre, post = self.sites.pre, self.sites.post
         x = self.hook_resid_pre(x)
         h = self.hook_attn_out(self.attn(self.ln1(x) if pre else x, tokens, broadcast))  # LN of a table row: per token too
         if tokens is not None:
             x = F.embedding(tokens, x)  # the residual stream at every position
-        if self.norm == "attn_out":
+        if self.sites.attn_out:
             h = self.ln_attn_out(h)
         x = x[:, -h.shape[1] :] + self.dropout(h)  # queries="last": only the last position goes on
         x = self.hook_resid_mid(self.ln1(x) if post else x)
@@ -224,7 +299,7 @@ class Transformer(nn.Module):
             self.pos_embed = nn.Embedding(cfg.max_len, cfg.d_model)
             self.hook_pos_embed = HookPoint()
         self.blocks = nn.ModuleList(Block(cfg) for _ in range(cfg.n_layers))
-        if cfg.norm == "pre_final":
+        if cfg.norm_sites.final:
             self.ln_final = Norm(cfg.d_model, cfg.norm_kind)
         self.unembed = nn.Linear(cfg.d_model, cfg.output_size, bias=False)
         self.apply(self._init_weights)
@@ -269,7 +344,7 @@ class Transformer(nn.Module):
         """The blocks and the read-out; with ``tokens``, ``x`` is the first block's [v, d_model] token table."""
         for i, block in enumerate(self.blocks):
             x = block(x, tokens if i == 0 else None, broadcast)
-        if self.cfg.norm == "pre_final":
+        if self.cfg.norm_sites.final:
             x = self.ln_final(x)
         return self.unembed(x)  # [batch, pos, n_outputs]
 
@@ -279,18 +354,48 @@ def hook_names(model: nn.Module) -> list[str]:
     return [name for name, module in model.named_modules() if isinstance(module, HookPoint)]
 
 
+HookFn = Callable[[Tensor, str], "Tensor | None"]  # (activation, hook name) -> replacement or None
+
+
+def _hook_points(model: nn.Module, names: Iterable[str]) -> dict[str, HookPoint]:
+    """The hook points called ``names``; ValueError listing the valid names if one is unknown."""
+    points = {name: m for name, m in model.named_modules() if isinstance(m, HookPoint)}
+    if unknown := set(names) - set(points):
+        raise ValueError(f"unknown activation names {sorted(unknown)}; this model has {list(points)}")
+    return points
+
+
 @contextmanager
-def _recording(model: nn.Module, names: Iterable[str] | None) -> Iterator[dict[str, Tensor]]:
-    available = hook_names(model)
-    wanted = set(available) if names is None else set(names)
-    if unknown := wanted - set(available):
-        raise ValueError(f"unknown activation names {sorted(unknown)}; this model has {available}")
+def hooks_installed(
+    model: nn.Module, hooks: Mapping[str, HookFn] | None = None, record: Iterable[str] | None = ()
+) -> Iterator[dict[str, Tensor]]:
+    """While open, ``hooks[name](activation, name)`` runs at each named hook point and replaces the
+    activation if it returns a tensor (None: keep it); the activations named in ``record`` (None:
+    all) are recorded, after any replacement, into the dict it yields. Everything is removed on
+    exit, also when the body raises."""
+    hooks = dict(hooks or {})
+    for name, fn in hooks.items():
+        if not callable(fn):
+            raise ValueError(f"the hook for {name!r} must be callable (activation, name), got {fn!r}")
+    wanted = hook_names(model) if record is None else list(record)
+    points = _hook_points(model, [*hooks, *wanted])
     cache: dict[str, Tensor] = {}
-    handles = [
-        module.register_forward_hook(lambda _m, _i, out, name=name: cache.__setitem__(name, out.detach()))
-        for name, module in model.named_modules()
-        if name in wanted
-    ]
+
+    def intervene(name: str, fn: HookFn) -> Callable[..., Tensor | None]:
+        def hook(_module: nn.Module, _inputs: object, out: Tensor) -> Tensor | None:
+            new = fn(out, name)
+            if new is not None and not isinstance(new, Tensor):
+                raise ValueError(f"the hook for {name!r} returned {type(new).__name__}; return a Tensor or None")
+            return new
+
+        return hook
+
+    def store(name: str) -> Callable[..., None]:
+        return lambda _module, _inputs, out: cache.__setitem__(name, out.detach())
+
+    # Interventions first: a hook point's recording sees the replaced activation.
+    handles = [points[name].register_forward_hook(intervene(name, fn)) for name, fn in hooks.items()]
+    handles += [points[name].register_forward_hook(store(name)) for name in wanted]
     try:
         yield cache
     finally:
@@ -298,65 +403,57 @@ def _recording(model: nn.Module, names: Iterable[str] | None) -> Iterator[dict[s
             handle.remove()
 
 
-@torch.no_grad()
-def run_with_cache(model: nn.Module, inputs: Tensor, names: Iterable[str] | None = None) -> tuple[Tensor, dict[str, Tensor]]:
-    """Run ``model`` once in eval mode; return (logits, {name: activation}) for ``names`` (None: all).
-
-    Hooks are removed on exit, also when the forward pass raises.
-    """
+@contextmanager
+def _eval_mode(model: nn.Module) -> Iterator[None]:
     was_training = model.training
     model.eval()
     try:
-        with _recording(model, names) as cache:
-            logits = model(inputs)
+        yield
     finally:
         model.train(was_training)
+
+
+@torch.no_grad()
+def run_with_cache(
+    model: nn.Module,
+    inputs: Tensor,
+    names: Iterable[str] | None = None,
+    hooks: Mapping[str, HookFn] | None = None,
+) -> tuple[Tensor, dict[str, Tensor]]:
+    """Run ``model`` once in eval mode; return (logits, {name: activation}) for ``names`` (None: all).
+
+    ``hooks`` (optional) intervene as in :func:`run_with_hooks`; the cache holds what they return.
+    Hooks are removed on exit, also when the forward pass raises.
+    """
+    with _eval_mode(model), hooks_installed(model, hooks, record=names) as cache:
+        logits = model(inputs)
     return logits, cache
 
 
-# --- Chapter 4: the retrieval model -------------------------------------------------------------
+@torch.no_grad()
+def run_with_hooks(model: nn.Module, inputs: Tensor, hooks: Mapping[str, HookFn]) -> Tensor:
+    """Run ``model`` once in eval mode with interventions; return its logits.
 
-RETRIEVAL_VARIANTS: dict[str, dict[str, str]] = {  # variant name -> ModelConfig fields
-    "baseline": {"norm": "none"},
-    "layernorm": {"norm": "attn_out", "norm_kind": "layernorm"},
-    "standardize": {"norm": "attn_out", "norm_kind": "standardize"},
-}
+    ``hooks`` maps hook names (:func:`hook_names`) to functions ``fn(activation, name)`` that
+    return a replacement tensor, or None to leave the activation as it is (TransformerLens's
+    convention). An unknown name raises ValueError listing the valid ones. The hooks are removed
+    afterwards, also when the forward pass raises. Example, chapter 5's frozen divisor::
 
-
-class RetrievalTransformer(Transformer):
-    """Transformer over packed items [batch, N + 1, 3] float -> logits at the query [batch, 1, n_outputs].
-
-    A slot's vector is E[first token] + E[second token] (absent tokens add nothing) + p * w_priority.
-    No positions: the model sees a set. With ``queries="last"`` only the query slot attends, which
-    keeps N = 1024 cheap. ``norm="attn_out"`` is "LN (or standardization) right after the attention
-    output": ``blocks.0.hook_attn_out`` is recorded before the norm, ``blocks.0.ln_attn_out.hook_normalized`` after.
+        run_with_hooks(model, tokens, {"blocks.0.ln1.hook_scale": lambda s, _: torch.tensor(2.0)})
     """
-
-    def __init__(self, cfg: ModelConfig):
-        super().__init__(cfg)
-        self.priority_embed = nn.Linear(1, cfg.d_model, bias=False)  # a continuous priority, linearly
-        nn.init.normal_(self.priority_embed.weight, std=1.0)  # as unit-variance as the token embeddings
-
-    def forward(self, inputs: Tensor) -> Tensor:
-        if inputs.dim() != 3 or inputs.shape[-1] != len(RETRIEVAL_COLUMNS) or not inputs.is_floating_point():
-            raise ValueError(
-                f"inputs must be packed items [batch, N + 1, {len(RETRIEVAL_COLUMNS)}] float, "
-                f"got {tuple(inputs.shape)} {inputs.dtype}"
-            )
-        priority, first, second = inputs.unbind(dim=-1)  # [batch, N + 1] each
-        x = self.priority_embed(priority.unsqueeze(-1))  # [batch, N + 1, d_model]
-        for ids in (first.long(), second.long()):
-            x = x + self.embed(ids.clamp_min(0)) * (ids != NO_TOKEN).unsqueeze(-1)
-        return self.forward_embeddings(self.hook_embed(x))[:, -1:]  # [batch, 1, n_outputs]
+    with _eval_mode(model), hooks_installed(model, hooks):
+        return model(inputs)
 
 
-def retrieval_config(task: RetrievalTask, variant: RetrievalVariant, **overrides: object) -> ModelConfig:
-    """The book's retrieval model for ``task``: one layer, 4 heads, d_model 64, ReLU MLP of width 256,
-    no positions, only the query attends; ``variant`` sets the norm after the attention output."""
-    if variant not in RETRIEVAL_VARIANTS:
-        raise ValueError(f"variant={variant!r} is unknown; allowed: {tuple(RETRIEVAL_VARIANTS)}")
-    fields = dict(
-        vocab_size=task.vocab_size, n_outputs=task.n_outputs, d_model=64, n_heads=4, d_mlp=256,
-        causal=False, queries="last", **RETRIEVAL_VARIANTS[variant],
-    )
-    return ModelConfig(**{**fields, **overrides})
+def init_model(
+    cfg: ModelConfig, seed: int, model_class: Callable[[ModelConfig], nn.Module] = Transformer
+) -> nn.Module:
+    """The initial weights of seed ``seed``: the one place they come from.
+
+    :func:`~lengthgen_lite.core.training.train` starts seed k from ``init_model(cfg, k)``, so this
+    rebuilds any trained model's starting point. It seeds everything with ``2 * seed`` (the data
+    stream uses ``2 * seed + 1``; the two never coincide), then builds ``model_class(cfg)``.
+    """
+    seed = require_int("seed", seed, minimum=0)
+    seed_everything(2 * seed)
+    return model_class(cfg)

@@ -16,6 +16,7 @@ import random
 
 import numpy as np
 import torch
+from .validation import is_int
 
 THREADS = 1
 SEED_OFFSET_VARIABLE = "LENGTHGEN_SEED_OFFSET"
@@ -30,7 +31,7 @@ def seed_offset() -> int:
 
 
 def _offset(seed: int) -> int:
-    if not isinstance(seed, (int, np.integer)) or isinstance(seed, bool) or seed < 0:
+    if not is_int(seed) or seed < 0:
         raise ValueError(f"seed must be a non-negative int, got {seed!r}")
     return int(seed) + seed_offset()
 

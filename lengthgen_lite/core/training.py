@@ -45,9 +45,10 @@ from torch import Tensor, nn
 from torch.func import functional_call, grad_and_value, stack_module_state, vmap
 from tqdm.auto import tqdm
 
-from .model import ModelConfig, Transformer
-from .seeding import make_generator, seed_everything
+from .model import ModelConfig, Transformer, init_model
+from .seeding import make_generator
 from .tasks import Batch, NoiseSampler, Task, pick_next_tokens, sample_next_tokens, token_noise
+from .validation import is_int
 
 TargetKind = Literal["soft", "sampled"]
 Schedule = Literal["constant", "cosine"]
@@ -77,9 +78,9 @@ class TrainConfig:
     def __post_init__(self) -> None:
         for name in ("steps", "batch"):
             value = getattr(self, name)
-            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+            if not is_int(value) or value < 1:
                 raise ValueError(f"{name} must be a positive int, got {value!r}")
-        if not isinstance(self.warmup, int) or not 0 <= self.warmup <= self.steps:
+        if not is_int(self.warmup) or not 0 <= self.warmup <= self.steps:
             raise ValueError(f"warmup must be an int in 0..steps={self.steps}, got {self.warmup!r}")
         if not self.lr > 0:
             raise ValueError(f"lr must be positive, got {self.lr!r}")
@@ -250,15 +251,13 @@ def train(
 ) -> TrainResult:
     """Train one ``model_class(model_cfg)`` per seed on ``task``, all seeds batched together.
 
-    Seed ``k`` sets both the initial weights and that model's own stream of training data.
+    Seed ``k`` sets both the initial weights (:func:`~lengthgen_lite.core.model.init_model`) and
+    that model's own stream of training data (``make_generator(2 * k + 1)``).
     """
     seeds = list(seeds)
     if not seeds or len(set(seeds)) != len(seeds):
         raise ValueError(f"seeds must be a non-empty list of distinct ints, got {seeds!r}")
-    models = []
-    for seed in seeds:
-        seed_everything(2 * seed)  # init stream; data uses 2 * seed + 1, so the two never coincide
-        models.append(model_class(model_cfg))
+    models = [init_model(model_cfg, seed, model_class) for seed in seeds]  # seeds 2 * seed
     data_streams = [make_generator(2 * seed + 1) for seed in seeds]
     plan = plan_path(model_cfg, task, cfg, len(seeds), model_class)
 

@@ -24,7 +24,7 @@ from typing import Any, Mapping, Sequence, get_args
 from ..core.averaging import make_bema, make_ema
 from ..core.games import TicTacToe
 from ..core.languages import LANGUAGES, make_language
-from ..core.model import ModelConfig, NormKind, NormPlacement
+from ..core.model import PLACEMENTS, ModelConfig, NormKind
 from ..core.tasks import SetComplement
 from ..core.training import AveragerFactory, Schedule, TargetKind, TrainConfig
 from ..core.validation import (
@@ -37,7 +37,6 @@ from ..core.validation import (
 
 GAMES = ("tictactoe",)
 TASKS: tuple[str, ...] = ("set_complement", *GAMES, *LANGUAGES)
-PLACEMENTS: tuple[str, ...] = get_args(NormPlacement)
 TARGETS: tuple[str, ...] = get_args(TargetKind)
 AVERAGERS = {
     "ema": make_ema,

@@ -18,6 +18,7 @@ import seaborn as sns
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
+from ..core.model import PLACEMENTS
 from .common import S_LABEL, TV_LABEL, ensure_axes, plot_length_curves, rows_frame
 from .sliders import SliderFigure, static_slider_figure
 from .style import PALETTE
@@ -26,7 +27,7 @@ RANGE_LABELS = {"tv_train": "mean TV, training lengths", "tv_beyond": "mean TV, 
 VARIANT_COLORS = {"raw": PALETTE[0], "ema": PALETTE[1], "bema": PALETTE[2]}
 
 
-NORM_ORDER = ("none", "pre", "pre_final", "post", "attn_out")
+NORM_ORDER = PLACEMENTS  # the book's order
 
 
 def _norm_rank(norm: object) -> int:

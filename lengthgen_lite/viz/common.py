@@ -21,6 +21,7 @@ from matplotlib.figure import Figure
 from ..core.evaluation import LengthTable, stack_metric
 from ..runs.scorecard import Claim
 from .style import PALETTE
+from ..core.validation import is_int
 
 S_LABEL = "prefix length s (tokens seen)"
 TV_LABEL = "TV to p* (0 = perfect, 1 = disjoint)"
@@ -46,7 +47,7 @@ def panels(
     So that notebooks can put plots side by side (the ``ax=`` of every plot) without matplotlib.
     """
     for name, value in (("ncols", ncols), ("nrows", nrows)):
-        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        if not is_int(value) or value < 1:
             raise ValueError(f"{name} must be a positive int, got {value!r}")
     if not (width > 0 and height > 0):
         raise ValueError(f"width and height must be positive inches, got {width!r} and {height!r}")
@@ -75,7 +76,7 @@ def shade_range(ax: Axes, low: float, high: float, label: str) -> Axes:
 
 def training_lengths(train_length: int, label: str = "training lengths") -> tuple[float, float, str]:
     """The shaded x range ``(low, high, label)`` of the prefix lengths ``s = 1..train_length``."""
-    if not isinstance(train_length, int) or isinstance(train_length, bool) or train_length < 1:
+    if not is_int(train_length) or train_length < 1:
         raise ValueError(f"train_length must be a positive int, got {train_length!r}")
     return 0.5, train_length + 0.5, label
 
@@ -214,7 +215,7 @@ def glue_round(name: str, value: float, digits: int = 3) -> None:
     """
     from myst_nb import glue
 
-    if not isinstance(digits, int) or isinstance(digits, bool) or digits < 0:
+    if not is_int(digits) or digits < 0:
         raise ValueError(f"digits must be an int >= 0, got {digits!r}")
     glue(name, int(round(value)) if digits == 0 else round(float(value), digits), display=False)
 

@@ -1,0 +1,188 @@
+"""Chapter 4's retrieval tasks and model (core/retrieval.py)."""
+
+import pytest
+import torch
+
+from lengthgen_lite.core.model import ModelConfig, hook_names, init_model, run_with_cache
+from lengthgen_lite.core.retrieval import (
+    NO_TOKEN,
+    RETRIEVAL_COLUMNS,
+    ArgmaxRetrieval,
+    DictionaryLookup,
+    RetrievalTransformer,
+    retrieval_config,
+)
+from lengthgen_lite.core.seeding import make_generator, seed_everything
+
+ATTN_OUT = "blocks.0.hook_attn_out"
+NORMED = "blocks.0.ln_attn_out.hook_normalized"
+
+
+def test_columns():
+    assert RETRIEVAL_COLUMNS == ("priority", "first token", "second token") and NO_TOKEN == -1
+
+
+def test_argmax_format_and_answer():
+    task = ArgmaxRetrieval(n_classes=5)
+    batch = task.sample_train_batch(64, 7, make_generator(0))
+    assert batch.inputs.shape == (64, 8, 3) and batch.targets.shape == (64, 1, 5) and batch.loss_mask.shape == (64, 1)
+    items, query = batch.inputs[:, :-1], batch.inputs[:, -1]
+    assert ((items[..., 0] > 0) & (items[..., 0] < 1)).all()  # continuous priorities in (0, 1)
+    assert (items[..., 2] == NO_TOKEN).all() and (query == torch.tensor([0.0, 5.0, NO_TOKEN])).all()
+    best = task.target_item(batch.inputs)
+    labels = items[torch.arange(64), best, 1].long()
+    assert (labels == batch.targets[:, 0].argmax(-1)).all()
+    assert (items[torch.arange(64), best, 0] == items[..., 0].max(-1).values).all()
+    assert task.vocab_size == 6 and tuple(task.train_sizes()) == tuple(range(2, 17))
+
+
+def test_dictionary_format_answer_and_distinct_keys():
+    task = DictionaryLookup(n_keys=40, n_values=3, max_train_size=10)
+    batch = task.sample_train_batch(32, 40, make_generator(1))  # N = n_keys: every key present
+    items, query = batch.inputs[:, :-1], batch.inputs[:, -1]
+    keys = items[..., 1].long()
+    assert (keys.sort(-1).values == torch.arange(40)).all()  # distinct keys
+    assert ((items[..., 2] >= 40) & (items[..., 2] < 43)).all() and (query[:, 1] == 43).all()
+    which = task.target_item(batch.inputs)
+    assert (keys[torch.arange(32), which] == query[:, 2].long()).all()
+    value = items[torch.arange(32), which, 2].long() - 40
+    assert (value == batch.targets[:, 0].argmax(-1)).all()
+    assert task.vocab_size == 44
+
+
+@pytest.mark.parametrize("task", [ArgmaxRetrieval(), DictionaryLookup(n_keys=64)])
+def test_batched_sampling_equals_per_seed_sampling(task):
+    stacked = task.sample_train_batches(8, 5, [make_generator(3), make_generator(4)])
+    for k, seed in enumerate((3, 4)):
+        alone = task.sample_train_batch(8, 5, make_generator(seed))
+        torch.testing.assert_close(stacked.inputs[k], alone.inputs)
+        torch.testing.assert_close(stacked.targets[k], alone.targets)
+
+
+def test_tasks_are_order_invariant_in_their_answer():
+    task = DictionaryLookup(n_keys=50)
+    batch = task.sample_train_batch(16, 9, make_generator(2))
+    perm = torch.randperm(9, generator=make_generator(5))
+    shuffled = torch.cat([batch.inputs[:, perm], batch.inputs[:, -1:]], dim=1)
+    items = shuffled[:, :-1]
+    value = items[torch.arange(16), task.target_item(shuffled), 2].long() - 50
+    assert (value == batch.targets[:, 0].argmax(-1)).all()
+
+
+@pytest.mark.parametrize(
+    "make, message",
+    [
+        (lambda: ArgmaxRetrieval(n_classes=0), "n_classes must be an int >= 2"),
+        (lambda: ArgmaxRetrieval(n_classes=1), "n_classes must be an int >= 2"),
+        (lambda: ArgmaxRetrieval(min_train_size=0), "min_train_size must be an integer >= 1"),
+        (lambda: ArgmaxRetrieval(min_train_size=5, max_train_size=4), "exceeds max_train_size"),
+        (lambda: DictionaryLookup(n_values=0), "n_values must be an int >= 2"),
+        (lambda: DictionaryLookup(n_keys=0), "n_keys must be an integer >= 1"),
+        (lambda: DictionaryLookup(n_keys=8, max_train_size=16), "exceeds the 8 distinct keys"),
+    ],
+)
+def test_bad_configurations_raise(make, message):
+    with pytest.raises(ValueError, match=message):
+        make()
+
+
+@pytest.mark.parametrize(
+    "call, message",
+    [
+        (lambda: DictionaryLookup(n_keys=8, max_train_size=4).sample_train_batch(2, 9, make_generator(0)), "1..n_keys=8"),
+        (lambda: DictionaryLookup(n_keys=8, max_train_size=4).sample_train_batch(2, 0, make_generator(0)), "1..n_keys=8"),
+        (lambda: DictionaryLookup().sample_train_batch(0, 4, make_generator(0)), "batch must be"),
+        (lambda: DictionaryLookup().sample_train_batches(2, 4, []), "at least one torch.Generator"),
+        (lambda: ArgmaxRetrieval().sample_train_batch(2, 0, make_generator(0)), "size must be"),
+        (lambda: ArgmaxRetrieval().sample_train_batch(0, 3, make_generator(0)), "batch must be"),
+        (lambda: ArgmaxRetrieval().sample_train_batches(2, 3, []), "at least one torch.Generator"),
+        (lambda: ArgmaxRetrieval().target_item(torch.zeros(2, 4, 2)), "packed retrieval inputs"),
+        (lambda: DictionaryLookup().target_item(torch.zeros(2, 1, 3)), "packed retrieval inputs"),
+        (lambda: DictionaryLookup().target_item(torch.zeros(2, 4, 3, dtype=torch.long)), "packed retrieval inputs"),
+    ],
+)
+def test_bad_calls_raise(call, message):
+    with pytest.raises(ValueError, match=message):
+        call()
+
+
+ARGMAX = ArgmaxRetrieval(n_classes=4, max_train_size=6)
+
+
+DICT = DictionaryLookup(n_keys=32, n_values=4, max_train_size=6)
+
+
+def small(task, variant):
+    return retrieval_config(task, variant, d_model=16, n_heads=2, d_mlp=32)
+
+
+def test_config_per_variant():
+    assert retrieval_config(ARGMAX, "baseline").norm == "none"
+    cfg = retrieval_config(DICT, "standardize")
+    assert (cfg.norm, cfg.norm_kind, cfg.queries, cfg.causal, cfg.positional) == ("attn_out", "standardize", "last", False, "none")
+    assert cfg.vocab_size == DICT.vocab_size and cfg.n_outputs == 4
+    with pytest.raises(ValueError, match="variant='rmsnorm' is unknown"):
+        retrieval_config(DICT, "rmsnorm")
+
+
+@pytest.mark.parametrize("variant", ["baseline", "layernorm"])
+def test_logits_at_the_query_and_transformerlens_names(variant):
+    seed_everything(0)
+    model = RetrievalTransformer(small(DICT, variant))
+    batch = DICT.sample_train_batch(5, 6, make_generator(0))
+    logits, cache = run_with_cache(model, batch.inputs)
+    assert logits.shape == (5, 1, 4)
+    assert cache["blocks.0.attn.hook_pattern"].shape == (5, 2, 1, 7)  # the query row over N + 1 keys
+    assert cache[ATTN_OUT].shape == (5, 1, 16)
+    assert (NORMED in hook_names(model)) == (variant == "layernorm")
+
+
+def test_the_model_sees_a_set_order_does_not_matter():
+    seed_everything(1)
+    model = RetrievalTransformer(small(ARGMAX, "layernorm")).eval()
+    inputs = ARGMAX.sample_train_batch(4, 6, make_generator(1)).inputs
+    shuffled = torch.cat([inputs[:, torch.tensor([5, 3, 1, 0, 2, 4])], inputs[:, -1:]], dim=1)
+    torch.testing.assert_close(model(inputs), model(shuffled))
+
+
+def test_query_only_attention_matches_full_attention_at_the_query():
+    seed_everything(2)
+    last = RetrievalTransformer(small(DICT, "layernorm")).eval()
+    full = RetrievalTransformer(ModelConfig(**{**small(DICT, "layernorm").__dict__, "queries": "all"})).eval()
+    full.load_state_dict(last.state_dict())
+    inputs = DICT.sample_train_batch(4, 6, make_generator(2)).inputs
+    torch.testing.assert_close(last(inputs), full(inputs))
+
+
+def test_absent_tokens_add_nothing():
+    seed_everything(3)
+    model = RetrievalTransformer(small(ARGMAX, "baseline"))
+    inputs = torch.tensor([[[0.5, 2.0, -1.0], [0.0, 4.0, -1.0]]])
+    with torch.no_grad():
+        _, cache = run_with_cache(model, inputs, names=["hook_embed"])
+        expected = model.embed.weight[2] + 0.5 * model.priority_embed.weight[:, 0]
+    torch.testing.assert_close(cache["hook_embed"][0, 0], expected)
+
+
+def test_retrieval_model_rejects_unpacked_inputs():
+    model = RetrievalTransformer(small(ARGMAX, "baseline"))
+    with pytest.raises(ValueError, match="packed items"):
+        model(torch.zeros(2, 3, 2))
+    with pytest.raises(ValueError, match="packed items"):
+        model(torch.zeros(2, 3, 3, dtype=torch.long))
+
+
+def test_the_norms_add_no_random_parameters_so_a_seed_starts_every_variant_alike():
+    models = {}
+    for variant in ("baseline", "layernorm", "standardize"):
+        models[variant] = init_model(small(ARGMAX, variant), 1, RetrievalTransformer).state_dict()
+    for name, weight in models["baseline"].items():
+        torch.testing.assert_close(models["layernorm"][name], weight)
+        torch.testing.assert_close(models["standardize"][name], weight)
+
+
+
+def test_init_model_builds_the_retrieval_model():
+    model = init_model(small(DICT, "layernorm"), 0, RetrievalTransformer)
+    assert isinstance(model, RetrievalTransformer) and hasattr(model, "priority_embed")
+    assert "blocks.0.ln_attn_out.hook_scale" in hook_names(model)
