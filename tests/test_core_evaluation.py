@@ -3,11 +3,13 @@ import pytest
 import torch
 
 from lengthgen_lite.core.evaluation import (
-    LengthTable,
     METRICS,
+    LengthTable,
     aggregate_seeds,
+    entropy_ratio,
     evaluate_seeds,
     evaluate_set_complement,
+    length_metrics,
     prefix_profile,
     stack_metric,
 )
@@ -112,21 +114,7 @@ def test_prefix_profile_rejects_bad_tokens():
             prefix_profile(model, tokens)
 
 
-def test_seed_values_filters_and_orders_by_seed():
-    from lengthgen_lite.core.evaluation import seed_values
-
-    rows = [{"norm": n, "seed": s, "tv": 10 * s + i} for i, n in enumerate(("none", "post")) for s in (2, 0, 1)]
-    np.testing.assert_array_equal(seed_values(rows, "tv", norm="post"), [1.0, 11.0, 21.0])
-    with pytest.raises(ValueError, match="no row matches"):
-        seed_values(rows, "tv", norm="pre")
-    with pytest.raises(ValueError, match="column 'gap' is unknown"):
-        seed_values(rows, "gap", norm="post")
-
-
-
 # --- length_metrics: the one per-length evaluation --------------------------------------------
-
-from lengthgen_lite.core.evaluation import entropy_ratio, length_metrics  # noqa: E402
 
 
 def two_prefixes():

@@ -255,17 +255,6 @@ def prefix_profile(model: nn.Module, tokens: Sequence[int]) -> PrefixProfile:
     )
 
 
-def seed_values(rows: Sequence[dict[str, object]], column: str, **where: object) -> np.ndarray:
-    """``column`` of the tidy result rows matching ``where`` (e.g. ``norm="post", targets="soft"``),
-    one value per seed in seed order: the per-seed numbers a chapter asserts on. [K] float."""
-    chosen = [row for row in rows if all(row.get(key) == value for key, value in where.items())]
-    if not chosen:
-        raise ValueError(f"no row matches {where!r}")
-    if column not in chosen[0]:
-        raise ValueError(f"column {column!r} is unknown; rows have {sorted(chosen[0])}")
-    return np.array([row[column] for row in sorted(chosen, key=lambda row: row["seed"])], dtype=float)
-
-
 def loglog_slope(x: Sequence[float], y: Sequence[float]) -> float:
     """Least-squares slope of log y against log x: -1 for y ~ 1/x (chapter 2's gap), -1/2 for
     y ~ x^(-1/2) (chapter 4's std)."""

@@ -9,12 +9,9 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Sequence
-from typing import TypeVar
+from typing import Any
 
 import numpy as np
-
-T = TypeVar("T")
-
 
 def is_int(value: object) -> bool:
     """True for Python and NumPy integers, False for bools and everything else."""
@@ -71,7 +68,7 @@ def require_ints(name: str, values: Iterable[object], minimum: int | None = None
     return tuple(int(v) for v in values)  # type: ignore[arg-type]
 
 
-def require_choice(name: str, value: T, allowed: Sequence[T]) -> T:
+def require_choice(name: str, value: Any, allowed: Sequence[Any]) -> Any:
     """``value``, if it is one of ``allowed``."""
     if value not in allowed:
         raise ValueError(f"unknown {name} {value!r}; allowed: {', '.join(map(repr, allowed))}")
