@@ -35,7 +35,7 @@ SUDO := $(if $(ROOT),,sudo)
 export OMP_NUM_THREADS := 1
 export MKL_NUM_THREADS := 1
 
-.PHONY: book pdf test unit nbval margins browser execute bench lab
+.PHONY: book pdf test unit nbval margins browser execute bench lab lint format
 
 book: $(VENDOR)/.copied
 	rm -rf _build/html
@@ -50,12 +50,27 @@ pdf: $(VENDOR)/.copied $(NODE) $(CHROMIUM)
 	$(BIN)/jupyter-book build . --builder singlehtml -W -n --keep-going
 	node tools/print_pdf.mjs _build/singlehtml $(PDF)
 
-# One pytest run over both cores: unit tests and every chapter as nbval items, compared with its stored
+# make lint first (a second or two), then one pytest run over both cores: unit tests and every
+# chapter as nbval items, compared with its stored
 # outputs (tolerant of another CPU's rounding) and again on new seeds (tests/nbval_tolerant.py), then
 # each claim's margin; beside it the book, the PDF, the browser tests (tests/run_all.sh, CONTRIBUTING.md).
 # Beside it the book build and then the browser test (tests/run_all.sh); each stage's time is printed.
 test: $(ENV) $(SMOLLM2) $(VENDOR)/.copied $(NODE) $(CHROMIUM)
 	@bash tests/run_all.sh $(BIN) $(WORKERS) $(MIN_SLIDERS) $(PDF)
+
+# The formatter and the linter: ruff, pinned in requirements.txt, configured in pyproject.toml
+# ([tool.ruff]: 88 columns, the package, tests, tools and notebooks). Changes nothing; `make test`
+# runs it first. `make format` fixes what ruff can fix by itself.
+lint: $(ENV)
+	$(BIN)/ruff format --check .
+	$(BIN)/ruff check .
+
+# ruff format and ruff check --fix (safe fixes only). ruff rewrites a whole notebook when it formats
+# one and respells floats in stored outputs (1.399e-07 as 1.399e-7; 6.314e-23 came back as
+# 6.313999999999999e-23), so tools/format_code.py puts back every byte outside the code cells'
+# sources afterwards: outputs stay as make execute wrote them.
+format: $(ENV)
+	$(BIN)/python tools/format_code.py $(BIN)/ruff
 
 unit: $(ENV) $(SMOLLM2)
 	$(BIN)/pytest -n $(WORKERS) -m "not notebook" tests

@@ -1,12 +1,14 @@
-"""The training loop's two paths side by side, per chapter (`python benchmarks/speed.py --fast-path`).
+"""The training loop's two paths side by side, per chapter (`python benchmarks/speed.py
+--fast-path`).
 
-For each chapter's main training, CPU ms per seed-step (one optimiser step of one seed) on the
-reference path, the eager fast path and the compiled fast path, interleaved and repeated in one
-process; and the compile cost: the first compiled step's wall seconds less a steady step, once
-with an empty inductor cache (cold) and then warm. Per-step times come from an averager that only
-reads the clock (``train`` calls it after every step), so the first step (data chunk, compile) is
-timed apart from the rest. The arithmetic limit of a step is its matmul FLOPs (fast path: token
-tables) divided by the measured throughput of a [K, batch * pos, d] x [K, d, d] batched matmul.
+For each chapter's main training, CPU ms per seed-step (one optimiser step of one seed)
+on the reference path, the eager fast path and the compiled fast path, interleaved and
+repeated in one process; and the compile cost: the first compiled step's wall seconds
+less a steady step, once with an empty inductor cache (cold) and then warm. Per-step
+times come from an averager that only reads the clock (``train`` calls it after every
+step), so the first step (data chunk, compile) is timed apart from the rest. The
+arithmetic limit of a step is its matmul FLOPs (fast path: token tables) divided by the
+measured throughput of a [K, batch * pos, d] x [K, d, d] batched matmul.
 """
 
 from __future__ import annotations
@@ -17,14 +19,20 @@ import time
 from dataclasses import dataclass, replace
 
 import numpy as np
-
 from batched_training import matmul_seconds
+
 from lengthgen_lite.chapters import ch1_set_complement as ch1
 from lengthgen_lite.chapters import ch7_beyond_set_complement as ch7
 from lengthgen_lite.core.averaging import make_bema, make_ema
 from lengthgen_lite.core.model import ModelConfig
 from lengthgen_lite.core.tasks import Task
-from lengthgen_lite.core.training import AveragerFactory, StackedParams, TrainConfig, plan_path, train
+from lengthgen_lite.core.training import (
+    AveragerFactory,
+    StackedParams,
+    TrainConfig,
+    plan_path,
+    train,
+)
 
 PATHS = ("reference", "fast", "compiled")
 
@@ -43,6 +51,7 @@ class Run:
 
 def chapter_runs(steps: int) -> list[Run]:
     """Chapters 1, 5, 6 and 7 (game and a language), each with ``steps`` steps."""
+
     def setup(targets: str, norm: str) -> tuple[Task, ModelConfig, TrainConfig]:
         task, model_cfg, cfg = ch1.baseline_setup(targets, norm)
         return task, model_cfg, replace(cfg, steps=steps)
@@ -51,23 +60,56 @@ def chapter_runs(steps: int) -> list[Run]:
     for chapter, targets, norm, averagers in (
         ("ch1 baseline", "soft", "none", {}),
         ("ch5 post-norm", "soft", "post", {}),
-        ("ch6 EMA/BEMA", "sampled", "attn_out", {"ema": make_ema(0.99), "bema": make_bema()}),
+        (
+            "ch6 EMA/BEMA",
+            "sampled",
+            "attn_out",
+            {"ema": make_ema(0.99), "bema": make_bema()},
+        ),
     ):
         task, model_cfg, cfg = setup(targets, norm)
-        runs.append(Run(chapter, model_cfg, task, cfg, 3 if chapter.startswith("ch6") else 5, averagers))
+        runs.append(
+            Run(
+                chapter,
+                model_cfg,
+                task,
+                cfg,
+                3 if chapter.startswith("ch6") else 5,
+                averagers,
+            )
+        )
     for name in ("tictactoe", "dyck1"):
         s = ch7.task_setup(name)
-        model_cfg = ModelConfig(vocab_size=s.task.vocab_size, n_outputs=s.task.n_outputs, d_model=s.d_model, norm="none")
+        model_cfg = ModelConfig(
+            vocab_size=s.task.vocab_size,
+            n_outputs=s.task.n_outputs,
+            d_model=s.d_model,
+            norm="none",
+        )
         cfg = TrainConfig(steps=steps, batch=64, warmup=50, targets="sampled")
-        runs.append(Run(f"ch7 {name}", model_cfg, s.task, cfg, len(ch7.SEEDS), {"ema": make_ema(ch7.EMA_BETA)}))
+        runs.append(
+            Run(
+                f"ch7 {name}",
+                model_cfg,
+                s.task,
+                cfg,
+                len(ch7.SEEDS),
+                {"ema": make_ema(ch7.EMA_BETA)},
+            )
+        )
     return runs
 
 
 class StepClock:
-    """An 'averager' that only records the clocks after each step (and reports the weights as they are)."""
+    """An 'averager' that only records the clocks after each step (and reports the
+    weights as they are)."""
 
     def __init__(self, params: StackedParams):
-        self.params, self.cpu, self.wall = params, [time.thread_time()], [time.perf_counter()]
+        self.params, self.cpu, self.wall = (
+            params,
+            [time.thread_time()],
+            [time.perf_counter()],
+        )
 
     def update(self, params: StackedParams, step: int) -> None:
         self.cpu.append(time.thread_time())
@@ -78,7 +120,8 @@ class StepClock:
 
 
 def timed(run: Run, path: str) -> tuple[float, float, float]:
-    """(steady CPU ms per seed-step, steady wall s per step, first step's wall s) of one training."""
+    """(steady CPU ms per seed-step, steady wall s per step, first step's wall s) of one
+    training."""
     clocks: list[StepClock] = []
 
     def clock(params: StackedParams) -> StepClock:
@@ -86,32 +129,46 @@ def timed(run: Run, path: str) -> tuple[float, float, float]:
         return clocks[-1]
 
     cfg = replace(run.train_cfg, path=path)
-    train(run.model_cfg, run.task, cfg, list(range(run.seeds)), averagers={**run.averagers, "clock": clock}, progress=False)
+    train(
+        run.model_cfg,
+        run.task,
+        cfg,
+        list(range(run.seeds)),
+        averagers={**run.averagers, "clock": clock},
+        progress=False,
+    )
     cpu, wall = np.diff(clocks[0].cpu), np.diff(clocks[0].wall)
     return 1e3 * cpu[1:].mean() / run.seeds, float(np.median(wall[1:])), float(wall[0])
 
 
 def matmul_flops(run: Run, tables: bool) -> float:
-    """Matmul FLOPs of one seed-step (forward, input and weight gradients: 3 x 2mnk each), one layer."""
+    """Matmul FLOPs of one seed-step (forward, input and weight gradients: 3 x 2mnk
+    each), one layer."""
     m, batch = run.model_cfg, run.train_cfg.batch
     (T,) = run.task.train_sizes()
     inner, rows = m.n_heads * m.head_dim, batch * T
     qkv_rows = m.vocab_size if tables else rows
-    forward = 3 * qkv_rows * m.d_model * inner + rows * inner * m.d_model + rows * m.d_model * m.output_size
+    forward = (
+        3 * qkv_rows * m.d_model * inner
+        + rows * inner * m.d_model
+        + rows * m.d_model * m.output_size
+    )
     forward += 2 * batch * m.n_heads * T * T * m.head_dim  # scores and pattern @ v
     return 3 * 2 * forward
 
 
 def fast_path(steps: int, repeats: int) -> list[dict[str, object]]:
-    """One row per chapter: ms per seed-step per path (min over interleaved repeats), speed-ups,
-    compile cost cold and warm, break-even seed-steps, the arithmetic limit."""
+    """One row per chapter: ms per seed-step per path (min over interleaved repeats),
+    speed-ups, compile cost cold and warm, break-even seed-steps, the arithmetic
+    limit."""
     rows = []
     cache = os.environ.get("TORCHINDUCTOR_CACHE_DIR")
     for run in chapter_runs(steps):
         ms: dict[str, list[float]] = {path: [] for path in PATHS}
         compile_s: list[float] = []
         with tempfile.TemporaryDirectory() as cold:
-            os.environ["TORCHINDUCTOR_CACHE_DIR"] = cold  # the first compiled training compiles from scratch
+            # the first compiled training compiles from scratch
+            os.environ["TORCHINDUCTOR_CACHE_DIR"] = cold
             for _ in range(repeats):
                 for path in PATHS:
                     cpu_ms, step_wall, first_wall = timed(run, path)
@@ -121,27 +178,45 @@ def fast_path(steps: int, repeats: int) -> list[dict[str, object]]:
         best = {path: min(values) for path, values in ms.items()}
         K = run.seeds
         (T,) = run.task.train_sizes()
-        gflops = 2 * K * run.train_cfg.batch * T * run.model_cfg.d_model ** 2 / matmul_seconds(K, run.train_cfg.batch * T, run.model_cfg.d_model, run.model_cfg.d_model) / 1e9
+        gflops = (
+            2
+            * K
+            * run.train_cfg.batch
+            * T
+            * run.model_cfg.d_model**2
+            / matmul_seconds(
+                K, run.train_cfg.batch * T, run.model_cfg.d_model, run.model_cfg.d_model
+            )
+            / 1e9
+        )
         warm = min(compile_s[1:]) if len(compile_s) > 1 else compile_s[0]
         saving_ms = best["fast"] - best["compiled"]
-        rows.append({
-            "chapter": run.chapter,
-            "seeds": K,
-            "batch": run.train_cfg.batch,
-            "positions": T,
-            "d_model": run.model_cfg.d_model,
-            "targets": run.train_cfg.targets,
-            "plan": plan_path(run.model_cfg, run.task, replace(run.train_cfg, path="compiled"), K).label,
-            **{f"{path}_ms": round(value, 3) for path, value in best.items()},
-            "fast_speedup": round(best["reference"] / best["fast"], 2),
-            "compiled_speedup": round(best["reference"] / best["compiled"], 2),
-            "compile_cold_s": round(compile_s[0], 1),
-            "compile_warm_s": round(warm, 1),
-            "break_even_seed_steps": round(1e3 * warm / saving_ms) if saving_ms > 0 else None,
-            "matmul_gflops": round(gflops, 1),
-            "limit_ms": round(matmul_flops(run, tables=True) / gflops / 1e6, 3),
-            "reference_limit_ms": round(matmul_flops(run, tables=False) / gflops / 1e6, 3),
-        })
+        rows.append(
+            {
+                "chapter": run.chapter,
+                "seeds": K,
+                "batch": run.train_cfg.batch,
+                "positions": T,
+                "d_model": run.model_cfg.d_model,
+                "targets": run.train_cfg.targets,
+                "plan": plan_path(
+                    run.model_cfg, run.task, replace(run.train_cfg, path="compiled"), K
+                ).label,
+                **{f"{path}_ms": round(value, 3) for path, value in best.items()},
+                "fast_speedup": round(best["reference"] / best["fast"], 2),
+                "compiled_speedup": round(best["reference"] / best["compiled"], 2),
+                "compile_cold_s": round(compile_s[0], 1),
+                "compile_warm_s": round(warm, 1),
+                "break_even_seed_steps": round(1e3 * warm / saving_ms)
+                if saving_ms > 0
+                else None,
+                "matmul_gflops": round(gflops, 1),
+                "limit_ms": round(matmul_flops(run, tables=True) / gflops / 1e6, 3),
+                "reference_limit_ms": round(
+                    matmul_flops(run, tables=False) / gflops / 1e6, 3
+                ),
+            }
+        )
     if cache is None:
         os.environ.pop("TORCHINDUCTOR_CACHE_DIR")
     else:

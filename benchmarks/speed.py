@@ -1,27 +1,34 @@
-"""What the book costs to run, measured side by side in one run: `make bench` (not run by the tests).
+"""What the book costs to run, measured side by side in one run: `make bench` (not run
+by the tests).
 
-    OMP_NUM_THREADS=1 python benchmarks/speed.py [--out benchmarks/results/speed.json] [--skip-chapters]
+    OMP_NUM_THREADS=1 python benchmarks/speed.py \
+        [--out benchmarks/results/speed.json] [--skip-chapters]
 
-1. Every chapter notebook, executed top to bottom in a fresh kernel with one torch thread, as
-   `make execute` does: wall seconds, the kernel's CPU seconds, and every call of the training
-   loop (`train` is wrapped before the notebook imports the package): how many trainings, their
-   seed-steps (steps x seeds) and seed-steps per second of training time.
-2. The batched trainer against a Python loop over the same seeds (`train(seeds=[s])` per seed),
-   at K = 4, 8, 16 seeds and batch 32 and 128, on chapter 5's model: CPU milliseconds per step of
-   all K seeds, and the ratio. Timed as the minimum CPU time of this thread over repeats.
-3. For the widest setting, the time the batched step spends inside matmuls (`batched_training.py`
-   profiles every aten op): the loop's step over that is the most any batching could gain.
-4. The whole book cold as `make execute` runs it: every chapter through `jupyter nbconvert
-   --execute`, two at a time, costliest first (by step 1), into a scratch folder: the wall seconds
-   of each and of all. Each takes longer than alone, since the two share the machine.
-5. The training loop's reference path against its fast path (eager and compiled) on each chapter's
-   main training, with the compile cost and the arithmetic limit (`fast_path.py`). Only this
-   section, merged into the existing results file: `python benchmarks/speed.py --fast-path` (about
-   ten minutes).
+1. Every chapter notebook, executed top to bottom in a fresh kernel with one torch
+   thread, as `make execute` does: wall seconds, the kernel's CPU seconds, and every
+   call of the training loop (`train` is wrapped before the notebook imports the
+   package): how many trainings, their seed-steps (steps x seeds) and seed-steps per
+   second of training time.
+2. The batched trainer against a Python loop over the same seeds (`train(seeds=[s])` per
+   seed), at K = 4, 8, 16 seeds and batch 32 and 128, on chapter 5's model: CPU
+   milliseconds per step of all K seeds, and the ratio. Timed as the minimum CPU time of
+   this thread over repeats.
+3. For the widest setting, the time the batched step spends inside matmuls
+   (`batched_training.py` profiles every aten op): the loop's step over that is the most
+   any batching could gain.
+4. The whole book cold as `make execute` runs it: every chapter through `jupyter
+   nbconvert --execute`, two at a time, costliest first (by step 1), into a scratch
+   folder: the wall seconds of each and of all. Each takes longer than alone, since the
+   two share the machine.
+5. The training loop's reference path against its fast path (eager and compiled) on each
+   chapter's main training, with the compile cost and the arithmetic limit
+   (`fast_path.py`). Only this section, merged into the existing results file: `python
+   benchmarks/speed.py --fast-path` (about ten minutes).
 
-The results file is what the appendix's speed page (`book/speed.ipynb`) plots; re-execute that page
-after a new measurement (`make bench` does both). Timings depend on the machine and its load: the
-file records the CPU model and the load average before and after.
+The results file is what the appendix's speed page (`book/speed.ipynb`) plots;
+re-execute that page after a new measurement (`make bench` does both). Timings depend on
+the machine and its load: the file records the CPU model and the load average before and
+after.
 """
 
 from __future__ import annotations
@@ -37,17 +44,25 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 
 import nbformat
-from nbclient import NotebookClient
-
 from batched_training import cpu_time, op_seconds_per_step
 from fast_path import fast_path
-from lengthgen_lite import ModelConfig, SetComplement, TrainConfig, seed_everything, train
+from nbclient import NotebookClient
+
+from lengthgen_lite import (
+    ModelConfig,
+    SetComplement,
+    TrainConfig,
+    seed_everything,
+    train,
+)
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 CHAPTERS = sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
-ONE_THREAD = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}  # as `make execute` runs them
+# as `make execute` runs them
+ONE_THREAD = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
 
-# Run in the kernel before the notebook: wrap the one training loop wherever it is bound, and count.
+# Run in the kernel before the notebook: wrap the one training loop wherever it is
+# bound, and count.
 COUNT_TRAININGS = """\
 import sys, time
 import lengthgen_lite.core.training as _training
@@ -59,7 +74,8 @@ def _counted(model_cfg, task, cfg, seeds, *args, **kwargs):
     _TRAININGS.append((cfg.steps * len(list(seeds)), time.perf_counter() - start))
     return result
 for _module in list(sys.modules.values()):
-    if getattr(_module, "__name__", "").startswith("lengthgen_lite") and getattr(_module, "train", None) is _original:
+    ours = getattr(_module, "__name__", "").startswith("lengthgen_lite")
+    if ours and getattr(_module, "train", None) is _original:
         _module.train = _counted
 """
 REPORT = """\
@@ -71,10 +87,20 @@ print(json.dumps({"cpu_seconds": time.process_time(), "trainings": _TRAININGS}))
 def chapter_cost(path: pathlib.Path) -> dict[str, object]:
     """Execute one chapter as `make execute` does and report its cost."""
     nb = nbformat.read(path, as_version=4)
-    # The counting prelude and the report are cells of the notebook: nbclient stores each executed
-    # cell back at the index it is given, so a cell run under another's index would replace it.
-    nb.cells = [nbformat.v4.new_code_cell(COUNT_TRAININGS), *nb.cells, nbformat.v4.new_code_cell(REPORT)]
-    client = NotebookClient(nb, timeout=7200, kernel_name="python3", resources={"metadata": {"path": str(path.parent)}})
+    # The counting prelude and the report are cells of the notebook: nbclient stores
+    # each executed cell back at the index it is given, so a cell run under another's
+    # index would replace it.
+    nb.cells = [
+        nbformat.v4.new_code_cell(COUNT_TRAININGS),
+        *nb.cells,
+        nbformat.v4.new_code_cell(REPORT),
+    ]
+    client = NotebookClient(
+        nb,
+        timeout=7200,
+        kernel_name="python3",
+        resources={"metadata": {"path": str(path.parent)}},
+    )
     with client.setup_kernel(env={**os.environ, **ONE_THREAD}):
         start = time.perf_counter()
         for index, cell in enumerate(nb.cells[:-1]):
@@ -92,32 +118,57 @@ def chapter_cost(path: pathlib.Path) -> dict[str, object]:
         "trainings": len(counts["trainings"]),
         "seed_steps": seed_steps,
         "training_seconds": round(train_seconds, 1),
-        "seed_steps_per_second": round(seed_steps / train_seconds, 1) if train_seconds else None,
+        "seed_steps_per_second": round(seed_steps / train_seconds, 1)
+        if train_seconds
+        else None,
     }
 
 
 def two_at_a_time(paths: list[pathlib.Path], workers: int = 2) -> dict[str, object]:
-    """Execute every notebook as `make execute` does (``workers`` at a time, in the given order),
-    writing the executed copies to a scratch folder; wall seconds per notebook and in all."""
+    """Execute every notebook as `make execute` does (``workers`` at a time, in the
+    given order), writing the executed copies to a scratch folder; wall seconds per
+    notebook and in all."""
+
     def execute(path: pathlib.Path, out: str) -> dict[str, object]:
         start = time.perf_counter()
         subprocess.run(
-            [sys.executable, "-m", "jupyter", "nbconvert", "--to", "notebook", "--execute", "--output-dir", out, "--log-level=WARN",
-             "--ExecutePreprocessor.timeout=7200", str(path)],
-            check=True, env={**os.environ, **ONE_THREAD}, cwd=path.parent,
+            [
+                sys.executable,
+                "-m",
+                "jupyter",
+                "nbconvert",
+                "--to",
+                "notebook",
+                "--execute",
+                "--output-dir",
+                out,
+                "--log-level=WARN",
+                "--ExecutePreprocessor.timeout=7200",
+                str(path),
+            ],
+            check=True,
+            env={**os.environ, **ONE_THREAD},
+            cwd=path.parent,
         )
-        return {"chapter": path.stem, "wall_seconds": round(time.perf_counter() - start, 1)}
+        return {
+            "chapter": path.stem,
+            "wall_seconds": round(time.perf_counter() - start, 1),
+        }
 
     with tempfile.TemporaryDirectory() as out:
         start = time.perf_counter()
-        with ThreadPoolExecutor(max_workers=workers) as pool:  # threads only wait on the processes
+        # threads only wait on the processes
+        with ThreadPoolExecutor(max_workers=workers) as pool:
             rows = list(pool.map(lambda path: execute(path, out), paths))
         total = time.perf_counter() - start
     return {"workers": workers, "wall_seconds": round(total, 1), "chapters": rows}
 
 
-def batching(seed_counts: list[int], batches: list[int], steps: int, repeats: int) -> list[dict[str, object]]:
-    """CPU ms per step of K seeds: a loop of single-seed trainings against one batched training."""
+def batching(
+    seed_counts: list[int], batches: list[int], steps: int, repeats: int
+) -> list[dict[str, object]]:
+    """CPU ms per step of K seeds: a loop of single-seed trainings against one batched
+    training."""
     seed_everything(0)
     task = SetComplement(v=16, train_length=4)
     model_cfg = ModelConfig(vocab_size=16, d_model=64)
@@ -126,33 +177,55 @@ def batching(seed_counts: list[int], batches: list[int], steps: int, repeats: in
         cfg = TrainConfig(steps=steps, warmup=10, batch=batch, targets="sampled")
         for k in seed_counts:
             seeds = list(range(k))
-            loop = cpu_time(lambda: [train(model_cfg, task, cfg, seeds=[s], progress=False) for s in seeds], repeats)
-            batched = cpu_time(lambda: train(model_cfg, task, cfg, seeds=seeds, progress=False), repeats)
-            rows.append({
-                "batch": batch,
-                "seeds": k,
-                "loop_ms_per_step": round(1e3 * loop / steps, 2),
-                "batched_ms_per_step": round(1e3 * batched / steps, 2),
-                "speedup": round(loop / batched, 2),
-            })
+            loop = cpu_time(
+                lambda: [
+                    train(model_cfg, task, cfg, seeds=[s], progress=False)
+                    for s in seeds
+                ],
+                repeats,
+            )
+            batched = cpu_time(
+                lambda: train(model_cfg, task, cfg, seeds=seeds, progress=False),
+                repeats,
+            )
+            rows.append(
+                {
+                    "batch": batch,
+                    "seeds": k,
+                    "loop_ms_per_step": round(1e3 * loop / steps, 2),
+                    "batched_ms_per_step": round(1e3 * batched / steps, 2),
+                    "speedup": round(loop / batched, 2),
+                }
+            )
     return rows
 
 
 def matmul_bound(seeds: int, batch: int, loop_ms_per_step: float) -> dict[str, float]:
-    """How far batching could go: the loop's step time over the batched step's time inside matmuls.
+    """How far batching could go: the loop's step time over the batched step's time
+    inside matmuls.
 
-    A matmul costs the same per seed batched or not (it runs at the core's matmul speed either way),
-    so even if batching removed every other cost, the speed-up could not exceed this ratio.
+    A matmul costs the same per seed batched or not (it runs at the core's matmul speed
+    either way), so even if batching removed every other cost, the speed-up could not
+    exceed this ratio.
     """
     seed_everything(0)
     ops = op_seconds_per_step(
-        ModelConfig(vocab_size=16, d_model=64), SetComplement(v=16, train_length=4),
-        TrainConfig(steps=20, warmup=5, batch=batch, targets="sampled"), list(range(seeds)),
+        ModelConfig(vocab_size=16, d_model=64),
+        SetComplement(v=16, train_length=4),
+        TrainConfig(steps=20, warmup=5, batch=batch, targets="sampled"),
+        list(range(seeds)),
     )
-    matmul_ms = 1e3 * (ops.get("linear matmuls", 0.0) + ops.get("attention matmuls", 0.0))
+    matmul_ms = 1e3 * (
+        ops.get("linear matmuls", 0.0) + ops.get("attention matmuls", 0.0)
+    )
     other_ms = 1e3 * ops.get("other ops", 0.0)
-    return {"seeds": seeds, "batch": batch, "batched_matmul_ms_per_step": round(matmul_ms, 2),
-            "batched_other_ops_ms_per_step": round(other_ms, 2), "speedup_bound": round(loop_ms_per_step / matmul_ms, 2)}
+    return {
+        "seeds": seeds,
+        "batch": batch,
+        "batched_matmul_ms_per_step": round(matmul_ms, 2),
+        "batched_other_ops_ms_per_step": round(other_ms, 2),
+        "speedup_bound": round(loop_ms_per_step / matmul_ms, 2),
+    }
 
 
 def measure_fast_path(steps: int, repeats: int) -> dict[str, object]:
@@ -160,18 +233,34 @@ def measure_fast_path(steps: int, repeats: int) -> dict[str, object]:
     load_before = os.getloadavg()
     rows = fast_path(steps, repeats)
     for row in rows:
-        print(f"{row['chapter']:<15} reference {row['reference_ms']} fast {row['fast_ms']} compiled {row['compiled_ms']} ms "
-              f"per seed-step (x{row['fast_speedup']}, x{row['compiled_speedup']}); compile {row['compile_cold_s']} s cold, "
-              f"{row['compile_warm_s']} s warm; limit {row['limit_ms']} ms")
-    return {"steps": steps, "repeats": repeats, "load_before": [round(x, 2) for x in load_before],
-            "load_after": [round(x, 2) for x in os.getloadavg()], "rows": rows}
+        print(
+            f"{row['chapter']:<15} reference {row['reference_ms']} fast "
+            f"{row['fast_ms']} compiled {row['compiled_ms']} ms "
+            f"per seed-step (x{row['fast_speedup']}, "
+            f"x{row['compiled_speedup']}); compile {row['compile_cold_s']} s "
+            "cold, "
+            f"{row['compile_warm_s']} s warm; limit {row['limit_ms']} ms"
+        )
+    return {
+        "steps": steps,
+        "repeats": repeats,
+        "load_before": [round(x, 2) for x in load_before],
+        "load_after": [round(x, 2) for x in os.getloadavg()],
+        "rows": rows,
+    }
 
 
 def cpu_model() -> str | None:
-    """The CPU's model name (/proc/cpuinfo, else lscpu), or None: the book then says it was not recorded."""
-    sources = [pathlib.Path("/proc/cpuinfo").read_text,
-               lambda: subprocess.run(["lscpu"], capture_output=True, text=True, check=True).stdout]
-    for read in sources:  # /proc/cpuinfo has no model name on some ARM kernels; lscpu then has one
+    """The CPU's model name (/proc/cpuinfo, else lscpu), or None: the book then says it
+    was not recorded."""
+    sources = [
+        pathlib.Path("/proc/cpuinfo").read_text,
+        lambda: (
+            subprocess.run(["lscpu"], capture_output=True, text=True, check=True).stdout
+        ),
+    ]
+    # /proc/cpuinfo has no model name on some ARM kernels; lscpu then has one
+    for read in sources:
         try:
             text = read()
         except (OSError, subprocess.CalledProcessError):
@@ -185,12 +274,31 @@ def cpu_model() -> str | None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", type=pathlib.Path, default=ROOT / "benchmarks" / "results" / "speed.json")
-    parser.add_argument("--steps", type=int, default=200, help="training steps per batching measurement")
+    parser.add_argument(
+        "--out",
+        type=pathlib.Path,
+        default=ROOT / "benchmarks" / "results" / "speed.json",
+    )
+    parser.add_argument(
+        "--steps", type=int, default=200, help="training steps per batching measurement"
+    )
     parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--skip-chapters", action="store_true", help="measure only the batching (minutes)")
-    parser.add_argument("--fast-path", action="store_true", help="measure only section 5 and merge it into --out")
-    parser.add_argument("--fast-path-steps", type=int, default=300, help="training steps per fast-path measurement")
+    parser.add_argument(
+        "--skip-chapters",
+        action="store_true",
+        help="measure only the batching (minutes)",
+    )
+    parser.add_argument(
+        "--fast-path",
+        action="store_true",
+        help="measure only section 5 and merge it into --out",
+    )
+    parser.add_argument(
+        "--fast-path-steps",
+        type=int,
+        default=300,
+        help="training steps per fast-path measurement",
+    )
     args = parser.parse_args()
     if args.fast_path:
         result = json.loads(args.out.read_text())
@@ -201,21 +309,39 @@ def main() -> None:
     load_before = os.getloadavg()
     chapters = [] if args.skip_chapters else [chapter_cost(path) for path in CHAPTERS]
     for row in chapters:
-        print(f"{row['chapter']:<32} {row['wall_seconds']:>7} s wall {row['cpu_seconds']:>7} s CPU  {row['trainings']} trainings")
+        print(
+            f"{row['chapter']:<32} {row['wall_seconds']:>7} s wall "
+            f"{row['cpu_seconds']:>7} s CPU  {row['trainings']} trainings"
+        )
     parallel = None
     if chapters:
         seconds = {row["chapter"]: row["wall_seconds"] for row in chapters}
         parallel = two_at_a_time(sorted(CHAPTERS, key=lambda path: -seconds[path.stem]))
-        print(f"all chapters two at a time, costliest first: {parallel['wall_seconds']} s wall")
+        print(
+            "all chapters two at a time, costliest first: "
+            f"{parallel['wall_seconds']} s wall"
+        )
     rows = batching([4, 8, 16], [32, 128], args.steps, args.repeats)
     for row in rows:
-        print(f"batch {row['batch']:>3}, K={row['seeds']:>2}: loop {row['loop_ms_per_step']} ms, batched {row['batched_ms_per_step']} ms, x{row['speedup']}")
+        print(
+            f"batch {row['batch']:>3}, K={row['seeds']:>2}: loop "
+            f"{row['loop_ms_per_step']} ms, batched "
+            f"{row['batched_ms_per_step']} ms, x{row['speedup']}"
+        )
     widest = max(rows, key=lambda r: (r["seeds"], r["batch"]))
     bound = matmul_bound(widest["seeds"], widest["batch"], widest["loop_ms_per_step"])
-    print(f"batch {bound['batch']}, K={bound['seeds']}: speed-up bound from the matmuls alone x{bound['speedup_bound']}")
+    print(
+        f"batch {bound['batch']}, K={bound['seeds']}: speed-up bound from the "
+        f"matmuls alone x{bound['speedup_bound']}"
+    )
     result = {
-        "machine": {"cpu": cpu_model(), "cores": os.cpu_count(), "torch_threads": 1,
-                    "load_before": [round(x, 2) for x in load_before], "load_after": [round(x, 2) for x in os.getloadavg()]},
+        "machine": {
+            "cpu": cpu_model(),
+            "cores": os.cpu_count(),
+            "torch_threads": 1,
+            "load_before": [round(x, 2) for x in load_before],
+            "load_after": [round(x, 2) for x in os.getloadavg()],
+        },
         "chapters": chapters,
         "two_at_a_time": parallel,
         "batching": rows,

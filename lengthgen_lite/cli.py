@@ -1,17 +1,20 @@
-"""The command line: list, show and rerun any chapter's experiment by name (``lengthgen-lite``).
+"""The command line: list, show and rerun any chapter's experiment by name
+(``lengthgen-lite``).
 
     lengthgen-lite list
-    lengthgen-lite show ch5/dropout                      # the spec as JSON
-    lengthgen-lite run ch7 --seeds 2 --steps 50          # a chapter name runs its first spec
-    lengthgen-lite run ch5/placements --seeds 20 --steps 5000 --backend ray --out ch5.json
+    lengthgen-lite show ch5/dropout               # the spec as JSON
+    lengthgen-lite run ch7 --seeds 2 --steps 50   # a chapter name runs its first spec
+    lengthgen-lite run ch5/placements --seeds 20 --steps 5000 --backend ray \
+        --out ch5.json
 
 Layering: the command line imports :mod:`lengthgen_lite.runs` and nothing above it. The
-chapters' experiments are found at run time, as data: every ``chapters/chN_*.py`` whose source
-assigns a top-level ``SPECS`` is imported by name (:func:`discover`), and its ``SPECS`` read. So
-the static import graph stays ``cli -> runs -> core`` (checked by ``tests/test_package_rules.py``),
-a new chapter needs no registry edit, and modules without specs (chapter 4's pretrained models,
-which import transformers) are never loaded. Any bad name or value ends the command before
-training with argparse's usage error (exit code 2) saying what is allowed.
+chapters' experiments are found at run time, as data: every ``chapters/chN_*.py`` whose
+source assigns a top-level ``SPECS`` is imported by name (:func:`discover`), and its
+``SPECS`` read. So the static import graph stays ``cli -> runs -> core`` (checked by
+``tests/test_package_rules.py``), a new chapter needs no registry edit, and modules
+without specs (chapter 4's pretrained models, which import transformers) are never
+loaded. Any bad name or value ends the command before training with argparse's usage
+error (exit code 2) saying what is allowed.
 """
 
 from __future__ import annotations
@@ -22,7 +25,7 @@ import importlib
 import json
 import pathlib
 import sys
-from typing import Sequence
+from collections.abc import Sequence
 
 from .runs import Spec, run
 from .runs.runner import BACKENDS, check_run_options
@@ -32,7 +35,11 @@ CHAPTERS = pathlib.Path(__file__).resolve().parent / "chapters"
 
 def _declares_specs(path: pathlib.Path) -> bool:
     for node in ast.parse(path.read_text()).body:
-        targets = node.targets if isinstance(node, ast.Assign) else [getattr(node, "target", None)]
+        targets = (
+            node.targets
+            if isinstance(node, ast.Assign)
+            else [getattr(node, "target", None)]
+        )
         if any(isinstance(t, ast.Name) and t.id == "SPECS" for t in targets):
             return True
     return False
@@ -41,7 +48,9 @@ def _declares_specs(path: pathlib.Path) -> bool:
 def discover() -> dict[str, Spec]:
     """Every chapter's specs by name, in chapter order (see the module docstring)."""
     specs: dict[str, Spec] = {}
-    for path in sorted(CHAPTERS.glob("ch[0-9]*_*.py"), key=lambda p: int(p.stem[2:].split("_")[0])):
+    for path in sorted(
+        CHAPTERS.glob("ch[0-9]*_*.py"), key=lambda p: int(p.stem[2:].split("_")[0])
+    ):
         if _declares_specs(path):
             module = importlib.import_module(f"{__package__}.chapters.{path.stem}")
             specs |= module.SPECS
@@ -56,7 +65,10 @@ def resolve(name: str, specs: dict[str, Spec]) -> Spec:
         if key.split("/")[0] == name:
             return spec
     chapters = list(dict.fromkeys(key.split("/")[0] for key in specs))
-    raise ValueError(f"no experiment named {name!r}; allowed: a chapter {chapters} or one of {list(specs)}")
+    raise ValueError(
+        f"no experiment named {name!r}; allowed: a chapter {chapters} or one "
+        f"of {list(specs)}"
+    )
 
 
 def parse_seeds(text: str) -> list[int]:
@@ -66,27 +78,67 @@ def parse_seeds(text: str) -> list[int]:
             return [int(part) for part in text.split(",")]
         count = int(text)
     except ValueError:
-        raise ValueError(f"--seeds={text!r} is invalid; allowed: a count N (seeds 0..N-1) or a comma list like 0,3,7") from None
+        raise ValueError(
+            f"--seeds={text!r} is invalid; allowed: a count N (seeds 0..N-1) "
+            "or a comma list like 0,3,7"
+        ) from None
     if count < 1:
-        raise ValueError(f"--seeds={text!r} is invalid; allowed: a count N >= 1 (seeds 0..N-1) or a comma list")
+        raise ValueError(
+            f"--seeds={text!r} is invalid; allowed: a count N >= 1 (seeds "
+            "0..N-1) or a comma list"
+        )
     return list(range(count))
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="lengthgen-lite", description="Rerun the book's experiments by name.")
+    parser = argparse.ArgumentParser(
+        prog="lengthgen-lite", description="Rerun the book's experiments by name."
+    )
     commands = parser.add_subparsers(dest="command", required=True)
     commands.add_parser("list", help="every chapter's experiments, with their sizes")
     show = commands.add_parser("show", help="print an experiment's spec as JSON")
-    show.add_argument("name", metavar="NAME", help="a chapter (ch5) or an experiment (ch5/dropout)")
-    go = commands.add_parser("run", help="train and score an experiment; write a results JSON file")
-    go.add_argument("name", metavar="NAME", help="a chapter (ch7: its first experiment) or an experiment (ch5/dropout)")
-    go.add_argument("--seeds", help="N (seeds 0..N-1) or a comma list of seeds, e.g. 0,3,7")
-    go.add_argument("--steps", type=int, help="training steps of every configuration (warm-up capped at half)")
-    go.add_argument("--backend", choices=BACKENDS, default="local", help="in-process (default) or Ray tasks")
-    go.add_argument("--ray-address", help="an existing Ray cluster (e.g. auto); default: start a local one")
-    go.add_argument("--ray-cpus", type=int, help="CPUs of the local Ray cluster (default: all of this machine's)")
-    go.add_argument("--seeds-per-task", type=int, help="with --backend ray: split each configuration's seeds")
-    go.add_argument("--out", default="results.json", help="results file (default: results.json)")
+    show.add_argument(
+        "name", metavar="NAME", help="a chapter (ch5) or an experiment (ch5/dropout)"
+    )
+    go = commands.add_parser(
+        "run", help="train and score an experiment; write a results JSON file"
+    )
+    go.add_argument(
+        "name",
+        metavar="NAME",
+        help="a chapter (ch7: its first experiment) or an experiment (ch5/dropout)",
+    )
+    go.add_argument(
+        "--seeds", help="N (seeds 0..N-1) or a comma list of seeds, e.g. 0,3,7"
+    )
+    go.add_argument(
+        "--steps",
+        type=int,
+        help="training steps of every configuration (warm-up capped at half)",
+    )
+    go.add_argument(
+        "--backend",
+        choices=BACKENDS,
+        default="local",
+        help="in-process (default) or Ray tasks",
+    )
+    go.add_argument(
+        "--ray-address",
+        help="an existing Ray cluster (e.g. auto); default: start a local one",
+    )
+    go.add_argument(
+        "--ray-cpus",
+        type=int,
+        help="CPUs of the local Ray cluster (default: all of this machine's)",
+    )
+    go.add_argument(
+        "--seeds-per-task",
+        type=int,
+        help="with --backend ray: split each configuration's seeds",
+    )
+    go.add_argument(
+        "--out", default="results.json", help="results file (default: results.json)"
+    )
     go.add_argument("--no-progress", action="store_true", help="no progress bars")
     return parser
 
@@ -95,7 +147,10 @@ def _list(specs: dict[str, Spec]) -> str:
     lines = []
     for name, spec in specs.items():
         n = len(spec.configurations())
-        lines.append(f"{name:18} {n:3d} configurations x {len(spec.seeds)} seeds  {spec.description}")
+        lines.append(
+            f"{name:18} {n:3d} configurations x {len(spec.seeds)} seeds  "
+            f"{spec.description}"
+        )
     return "\n".join(lines)
 
 
@@ -115,19 +170,36 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.steps is not None:
             changes["steps"] = args.steps
         spec = spec.with_overrides(**changes)
-        ray_options = {"seeds_per_task": args.seeds_per_task, "ray_address": args.ray_address, "ray_num_cpus": args.ray_cpus}
+        ray_options = {
+            "seeds_per_task": args.seeds_per_task,
+            "ray_address": args.ray_address,
+            "ray_num_cpus": args.ray_cpus,
+        }
         check_run_options(args.backend, **ray_options)
         if args.backend == "ray":
-            import ray  # noqa: F401  (only to fail now, with a clear message, if it is missing)
+            # (only to fail now, with a clear message, if it is missing)
+            import ray  # noqa: F401
         out = pathlib.Path(args.out)
         if out.is_dir():
-            raise ValueError(f"--out={args.out!r} is a directory; allowed: a file path such as results.json")
+            raise ValueError(
+                f"--out={args.out!r} is a directory; allowed: a file path "
+                "such as results.json"
+            )
         out.parent.mkdir(parents=True, exist_ok=True)
     except ValueError as err:
         parser.error(str(err))  # exit code 2
     except ImportError:
-        parser.error("--backend ray needs Ray, an optional extra: pip install 'lengthgen_lite[ray]'")
+        parser.error(
+            "--backend ray needs Ray, an optional extra: pip install "
+            "'lengthgen_lite[ray]'"
+        )
     command = " ".join(["lengthgen-lite", *(sys.argv[1:] if argv is None else argv)])
-    results = run(spec, backend=args.backend, progress=not args.no_progress, command=command, **ray_options)
+    results = run(
+        spec,
+        backend=args.backend,
+        progress=not args.no_progress,
+        command=command,
+        **ray_options,
+    )
     results.save(out)
     return 0

@@ -1,15 +1,15 @@
-"""Shared test set-up: figures draw off-screen, and every test's figures are closed after it."""
+"""Shared test set-up: figures draw off-screen, and every test's figures are closed
+after it."""
 
 import matplotlib
 
 matplotlib.use("Agg")
 
-import matplotlib.pyplot as plt  # noqa: E402
-import pytest  # noqa: E402
+import matplotlib.pyplot as plt
+import pytest
 
 
 @pytest.fixture(autouse=True)
 def close_figures():
     yield
     plt.close("all")
-

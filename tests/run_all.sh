@@ -1,5 +1,7 @@
 #!/usr/bin/env bash
-# `make test`: every check, with each stage's time.
+# `make test`: every check, with each stage's time. First the formatter and the linter (make lint:
+# ruff format --check, ruff check; a second or two); a finding fails make test at the end, after
+# every other stage has run, so a stray long line does not hide a test result.
 #   tests/run_all.sh <venv bin dir> <pytest workers> <minimum slider figures> <pdf path>
 # One pytest run keeps both cores busy: the unit tests, and every chapter executed as nbval items twice
 # (compared with its stored outputs; on new seeds with every claim asserted); then the margin report.
@@ -19,6 +21,15 @@ rm -f "$logs/book.log" "$logs/pdf.log" "$logs/browser.log" "$logs/live.log"
 : > "$logs/stages.txt"
 start=$(date +%s)
 elapsed() { echo $(( $(date +%s) - $1 )); }
+
+echo "--- make lint (ruff format --check, ruff check)"
+t=$(date +%s)
+"$bin/ruff" format --check .
+format_status=$?
+"$bin/ruff" check .
+check_status=$?
+lint_status=$(( format_status || check_status ))
+echo "stage lint: $(elapsed "$t") s, exit $lint_status" >> "$logs/stages.txt"
 
 (
   t=$(date +%s)
@@ -74,7 +85,7 @@ if [ -s "$logs/browser.log" ]; then
 fi
 cat "$logs/stages.txt"
 echo "stage total: $(elapsed "$start") s"
-if [ $pytest_status -ne 0 ] || [ $margins_status -ne 0 ] || [ $book_status -ne 0 ] || [ $live_status -ne 0 ]; then
-  echo "make test FAILED: pytest exit $pytest_status, margins exit $margins_status, book + pdf + browser exit $book_status, live exit $live_status"
+if [ $lint_status -ne 0 ] || [ $pytest_status -ne 0 ] || [ $margins_status -ne 0 ] || [ $book_status -ne 0 ] || [ $live_status -ne 0 ]; then
+  echo "make test FAILED: lint exit $lint_status (make format fixes most), pytest exit $pytest_status, margins exit $margins_status, book + pdf + browser exit $book_status, live exit $live_status"
   exit 1
 fi

@@ -1,7 +1,9 @@
-"""The book's Sphinx extension (book/_ext/lengthgen_book.py): what it computes, and a tiny real build.
+"""The book's Sphinx extension (book/_ext/lengthgen_book.py): what it computes, and a
+tiny real build.
 
-The numbers it shows are read from the repository (pyproject.toml, speed.json, CITATION.cff) and
-the scorecard's counts from the built doctree; a missing CPU model is said to be missing.
+The numbers it shows are read from the repository (pyproject.toml, speed.json,
+CITATION.cff) and the scorecard's counts from the built doctree; a missing CPU model is
+said to be missing.
 """
 
 import json
@@ -15,8 +17,8 @@ import yaml
 from sphinx.cmd.build import build_main
 
 import lengthgen_lite
-from lengthgen_lite.runs.scorecard import VERDICTS as PACKAGE_VERDICTS
 from lengthgen_lite.runs.results import provenance
+from lengthgen_lite.runs.scorecard import VERDICTS as PACKAGE_VERDICTS
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "book" / "_ext"))
@@ -27,11 +29,14 @@ SPEED = json.loads((ROOT / "benchmarks" / "results" / "speed.json").read_text())
 
 def test_one_version_everywhere():
     version = ext.project_version(ROOT)
-    assert lengthgen_lite.__version__ == provenance(0.0)["package"] == version  # from the installed metadata
+    # from the installed metadata
+    assert lengthgen_lite.__version__ == provenance(0.0)["package"] == version
     cff = yaml.safe_load((ROOT / "CITATION.cff").read_text())
     assert cff["version"] == version
     changelog = (ROOT / "CHANGELOG.md").read_text()
-    assert re.search(r"^## (\S+)", changelog, re.M).group(1) == version, "CHANGELOG's newest entry is this version"
+    assert re.search(r"^## (\S+)", changelog, re.M).group(1) == version, (
+        "CHANGELOG's newest entry is this version"
+    )
 
 
 def test_citation_cff_is_complete():
@@ -41,7 +46,10 @@ def test_citation_cff_is_complete():
         assert cff[key], key
     line, bibtex = ext.citation(cff)
     assert cff["title"] in line and f"version {cff['version']}" in line
-    assert bibtex.startswith("@software{lengthgen_lite,") and f"version = {{{cff['version']}}}" in bibtex
+    assert (
+        bibtex.startswith("@software{lengthgen_lite,")
+        and f"version = {{{cff['version']}}}" in bibtex
+    )
     assert "{{The lengthgen-lite authors}}" in bibtex  # an entity stays one BibTeX name
     with pytest.raises(ValueError, match="lacks"):
         ext.citation({**cff, "version": ""})
@@ -67,7 +75,9 @@ def test_cost_sentence_never_invents_a_cpu_model(cpu):
     machine = {key: value for key, value in SPEED["machine"].items() if key != "cpu"}
     if cpu != "missing":
         machine["cpu"] = cpu
-    sentence = ext.cost_sentence({**SPEED, "machine": machine}, SPEED["chapters"][0]["chapter"])
+    sentence = ext.cost_sentence(
+        {**SPEED, "machine": machine}, SPEED["chapters"][0]["chapter"]
+    )
     assert "the CPU model was not recorded" in sentence and "CPU:" not in sentence
 
 
@@ -77,9 +87,20 @@ def test_cost_sentence_without_a_measurement():
 
 
 def test_lab_url_and_make_lab_use_one_port():
-    port = yaml.safe_load((ROOT / "_config.yml").read_text())["sphinx"]["config"]["lengthgen_lab_port"]
-    assert ext.lab_url(port, "notebooks/02_x.ipynb") == f"http://127.0.0.1:{port}/lab/tree/notebooks/02_x.ipynb"
-    make = subprocess.run(["make", "-n", "--no-print-directory", "lab", "ENV="], cwd=ROOT, capture_output=True, text=True, check=True)
+    port = yaml.safe_load((ROOT / "_config.yml").read_text())["sphinx"]["config"][
+        "lengthgen_lab_port"
+    ]
+    assert (
+        ext.lab_url(port, "notebooks/02_x.ipynb")
+        == f"http://127.0.0.1:{port}/lab/tree/notebooks/02_x.ipynb"
+    )
+    make = subprocess.run(
+        ["make", "-n", "--no-print-directory", "lab", "ENV="],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     assert f"--ip 127.0.0.1 --port {port} --ServerApp.port_retries=0" in make.stdout
     for bad in (0, 70000, "8888"):
         with pytest.raises(ValueError, match="TCP port"):
@@ -87,15 +108,21 @@ def test_lab_url_and_make_lab_use_one_port():
 
 
 def test_every_verdict_has_a_badge():
-    assert set(PACKAGE_VERDICTS) <= set(ext.VERDICTS), "a verdict the chapters can compute has no badge"
+    assert set(PACKAGE_VERDICTS) <= set(ext.VERDICTS), (
+        "a verdict the chapters can compute has no badge"
+    )
     css = (ROOT / "book" / "_static" / "lengthgen.css").read_text()
     for word in ext.VERDICTS:
-        assert re.search(rf"\.verdict-{word.replace(' ', '-')} \{{ background: #[0-9a-f]{{6}}; \}}", css), word
+        assert re.search(
+            rf"\.verdict-{word.replace(' ', '-')} \{{ background: #[0-9a-f]{{6}}; \}}",
+            css,
+        ), word
 
 
 def test_verdict_counts():
-    assert ext.verdict_counts(["not reproduced", "reproduced", "reproduced", "robust null"]) == [
-        ("reproduced", 2), ("not reproduced", 1), ("robust null", 1)]
+    assert ext.verdict_counts(
+        ["not reproduced", "reproduced", "reproduced", "robust null"]
+    ) == [("reproduced", 2), ("not reproduced", 1), ("robust null", 1)]
     with pytest.raises(ValueError, match="unknown verdict"):
         ext.verdict_counts(["reproduced", "mostly"])
 
@@ -120,13 +147,20 @@ Scorecard
 
 
 def build(tmp_path: pathlib.Path, scorecard: str) -> tuple[int, pathlib.Path]:
-    """A tiny Sphinx project with the extension: a scorecard page and one chapter; (exit code, html dir)."""
+    """A tiny Sphinx project with the extension: a scorecard page and one chapter; (exit
+    code, html dir)."""
     src = tmp_path / "src"
     (src / "notebooks").mkdir(parents=True)
-    (src / "conf.py").write_text(f"import sys\nsys.path.insert(0, {str(ROOT / 'book' / '_ext')!r})\n"
-                                 "extensions = ['lengthgen_book']\nhtml_theme = 'sphinx_book_theme'\nlengthgen_lab_port = 9999\n")
+    (src / "conf.py").write_text(
+        f"import sys\nsys.path.insert(0, {str(ROOT / 'book' / '_ext')!r})\n"
+        "extensions = ['lengthgen_book']\nhtml_theme = "
+        "'sphinx_book_theme'\nlengthgen_lab_port = 9999\n"
+    )
     (src / "pyproject.toml").write_text('[project]\nname = "x"\nversion = "9.8.7"\n')
-    speed = {"machine": {"cores": 2, "torch_threads": 1}, "chapters": [{"chapter": "01_x", "wall_seconds": 12.3}]}
+    speed = {
+        "machine": {"cores": 2, "torch_threads": 1},
+        "chapters": [{"chapter": "01_x", "wall_seconds": 12.3}],
+    }
     (src / "benchmarks" / "results").mkdir(parents=True)
     (src / "benchmarks" / "results" / "speed.json").write_text(json.dumps(speed))
     (src / "index.rst").write_text(scorecard + "\n.. toctree::\n\n   notebooks/01_x\n")
@@ -140,17 +174,34 @@ def test_a_real_build_badges_counts_and_chapter_line(tmp_path):
     status, out = build(tmp_path, SCORECARD)
     assert status == 0
     index = (out / "index.html").read_text()
-    assert re.search(r'<p class="verdict-summary"><strong>3 claims: </strong>2 <span class="verdict verdict-reproduced">'
-                     r'reproduced</span>, 1 <span class="verdict verdict-robust-null">robust null</span></p>', index)
-    assert index.count('class="verdict verdict-reproduced"') == 3  # two rows and the summary
+    assert re.search(
+        r'<p class="verdict-summary"><strong>3 claims: </strong>2 <span '
+        r'class="verdict verdict-reproduced">'
+        r'reproduced</span>, 1 <span class="verdict '
+        r'verdict-robust-null">robust null</span></p>',
+        index,
+    )
+    # two rows and the summary
+    assert index.count('class="verdict verdict-reproduced"') == 3
     chapter = (out / "notebooks" / "01_x.html").read_text()
-    assert "Execution time: about 12 s for the whole chapter on a 2-core CPU with one torch thread" in chapter
+    assert (
+        "Execution time: about 12 s for the whole chapter on a 2-core CPU "
+        "with one torch thread" in chapter
+    )
     assert "the CPU model was not recorded" in chapter
     # the link under the title and the header button
-    assert chapter.count('href="http://127.0.0.1:9999/lab/tree/notebooks/01_x.rst"') == 2
-    assert "lengthgen-lite version 9.8.7" in chapter and "lengthgen-lite version 9.8.7" in index  # the footer
+    assert (
+        chapter.count('href="http://127.0.0.1:9999/lab/tree/notebooks/01_x.rst"') == 2
+    )
+    # the footer
+    assert (
+        "lengthgen-lite version 9.8.7" in chapter
+        and "lengthgen-lite version 9.8.7" in index
+    )
 
 
 def test_a_real_build_fails_on_an_unknown_verdict(tmp_path):
-    status, _ = build(tmp_path, SCORECARD.replace("robust null        2.0", "mostly true        2.0"))
+    status, _ = build(
+        tmp_path, SCORECARD.replace("robust null        2.0", "mostly true        2.0")
+    )
     assert status != 0

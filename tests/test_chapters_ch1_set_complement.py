@@ -13,7 +13,8 @@ def test_norm_and_targets_change_only_their_own_field():
     assert post_task == task  # the same task whatever the placement or targets
     assert post_model == dataclasses.replace(model_cfg, norm="post")
     assert sampled_train == dataclasses.replace(train_cfg, targets="sampled")
-    assert model_cfg.vocab_size == task.v == task.n_outputs  # the model predicts the task's next token
+    # the model predicts the task's next token
+    assert model_cfg.vocab_size == task.v == task.n_outputs
 
 
 def test_setup_rejects_unknown_choices():
@@ -24,16 +25,24 @@ def test_setup_rejects_unknown_choices():
 
 
 def test_train_baseline_is_train_on_the_setup(monkeypatch):
-    monkeypatch.setattr(ch1, "STEPS", 100)  # the shortest run its 100 warm-up steps allow
+    # the shortest run its 100 warm-up steps allow
+    monkeypatch.setattr(ch1, "STEPS", 100)
     result = ch1.train_baseline("sampled", "attn_out", seeds=[0, 1], progress=False)
-    assert result.seeds == [0, 1] and len(result.models) == 2 and result.loss.shape == (100, 2)
+    assert (
+        result.seeds == [0, 1]
+        and len(result.models) == 2
+        and result.loss.shape == (100, 2)
+    )
     task, model_cfg, train_cfg = ch1.baseline_setup("sampled", "attn_out")
     direct = train(model_cfg, task, train_cfg, [1], progress=False)  # seed 1 alone
-    for a, b in zip(result.models[1].state_dict().values(), direct.models[0].state_dict().values()):
-        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)  # batched with seed 0 or alone: the same training
+    for a, b in zip(
+        result.models[1].state_dict().values(), direct.models[0].state_dict().values()
+    ):
+        # batched with seed 0 or alone: the same training
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
 
 
-# --- what chapter 1 reads off the baseline ---------------------------------------------------
+# --- what chapter 1 reads off the baseline --------------------------------------------
 
 import numpy as np  # noqa: E402
 
@@ -45,7 +54,8 @@ def test_greedy_prediction_and_its_columns_by_hand():
     tokens = torch.tensor([[0, 2, 4]])  # v = 5
     seen, targets = seen_mask(tokens, 5), target_distribution(tokens, 5)
     greedy = ch1.greedy_prediction(seen)
-    np.testing.assert_array_equal(greedy[0].argmax(-1), [1, 1, 1])  # smallest unseen token
+    # smallest unseen token
+    np.testing.assert_array_equal(greedy[0].argmax(-1), [1, 1, 1])
     columns = ch1.prediction_columns(greedy, targets, seen)
     assert list(columns) == ["top-1 accuracy", "TV", "invalid mass"]
     np.testing.assert_array_equal(columns["top-1 accuracy"], [1, 1, 1])
@@ -84,10 +94,16 @@ def test_scorecard_and_numbers_of_a_model_that_fails_long():
     assert numbers["last_perfect"] == 7 and numbers["s_tv_tenth"] == 5
     assert numbers["tv_train_max"] == 0.003 and numbers["tv_minus_invalid"] == 0.0
     spread = aggregate_seeds(soft)
-    assert ch1.spread_numbers(spread) == {"tv_long": 0.7, "tv_long_min": 0.7, "tv_long_max": 0.701}
+    assert ch1.spread_numbers(spread) == {
+        "tv_long": 0.7,
+        "tv_long_min": 0.7,
+        "tv_long_max": 0.701,
+    }
     assert list(ch1.summary_columns(spread))[:3] == ["TV mean", "TV min", "TV max"]
     sampled = ch1.sampled_numbers(soft, np.array([0.02, 0.04]), 3)
-    assert sampled["sampled_excess_mean"] == 0.03 and sampled["kl_sampled_train"] == 0.001
+    assert (
+        sampled["sampled_excess_mean"] == 0.03 and sampled["kl_sampled_train"] == 0.001
+    )
 
 
 def test_length_numbers_finds_the_last_perfect_length():

@@ -1,7 +1,11 @@
 import numpy as np
 import pytest
 
-from lengthgen_lite.chapters.ch2_attention_dispersion import exponent_slack, power_law_exponent, scaled_min_weight
+from lengthgen_lite.chapters.ch2_attention_dispersion import (
+    exponent_slack,
+    power_law_exponent,
+    scaled_min_weight,
+)
 
 
 def test_power_law_exponent_recovers_the_power():
@@ -20,12 +24,13 @@ def test_exponent_slack_bounds_every_factor_in_the_band():
         factor = np.exp(rng.uniform(0, np.log(spread), len(s)))  # in [1, spread]
         worst = max(worst, abs(power_law_exponent(s, factor / s) + 1))
     assert worst <= slack + 1e-12
-    extreme = np.where(np.log(s) > np.log(s).mean(), spread, 1.0) / s  # the bound is attained
+    # the bound is attained
+    extreme = np.where(np.log(s) > np.log(s).mean(), spread, 1.0) / s
     assert abs(power_law_exponent(s, extreme) + 1) == pytest.approx(slack)
     assert exponent_slack(s, 1.0) == 0.0
 
 
-def test_scaled_min_weight_is_one_for_uniform_attention_and_sees_the_least_attended_token():
+def test_scaled_min_weight_is_one_when_uniform_and_sees_the_least_attended_token():
     length = 5
     uniform = np.tril(np.ones((length, length))) / np.arange(1, length + 1)[:, None]
     np.testing.assert_allclose(scaled_min_weight(uniform[None]), np.ones(length - 1))
@@ -45,7 +50,7 @@ def test_bad_inputs_raise():
         scaled_min_weight(np.zeros((2, 3)))
 
 
-# --- the chapter's measurements and scorecard rows -------------------------------------------
+# --- the chapter's measurements and scorecard rows ------------------------------------
 
 import torch  # noqa: E402
 
@@ -80,7 +85,9 @@ def uniform_tables(v=6, k=2):
 
 def test_uniform_attention_departs_nowhere():
     tokens = sample_sequences(6, 5, 20, torch.Generator().manual_seed(0))
-    departure, min_weight = departure_from_uniform([uniform_model(), uniform_model()], tokens)
+    departure, min_weight = departure_from_uniform(
+        [uniform_model(), uniform_model()], tokens
+    )
     assert departure.shape == (2, 2) and min_weight.shape == (2, 4)
     np.testing.assert_allclose(departure, 0.0, atol=1e-6)
     np.testing.assert_allclose(min_weight, 1.0, rtol=1e-6)
@@ -113,16 +120,17 @@ def test_gap_exponent_of_an_exact_power_law_and_the_gap_claim():
     runs = {"soft targets": slopes, "sampled targets": np.array([-1.5, -1.5])}
     claim = gap_claim(runs, 0.1, v=9)
     assert claim.verdict == "reproduced" and "s = 2..8: -1.00" in claim.number
-    assert gap_claim({**runs, "soft targets": np.array([-1.0, -1.3])}, 0.1, 9).verdict == (
-        "partly reproduced"
-    )
+    assert gap_claim(
+        {**runs, "soft targets": np.array([-1.0, -1.3])}, 0.1, 9
+    ).verdict == ("partly reproduced")
     numbers = gap_numbers(
         {"soft targets": gap, "sampled targets": faster},
         runs,
         {"soft targets": slack, "sampled targets": slack},
         train_length=4,
     )
-    assert numbers["C"] == 1.2 and numbers["flat_dev"] == 0.0  # mean gap at s = 2: 2.5 / 2
+    # mean gap at s = 2: 2.5 / 2
+    assert numbers["C"] == 1.2 and numbers["flat_dev"] == 0.0
     assert numbers["decay_sampled"] == round(float(np.sqrt(2 / 7)), 2)  # (2/7)^(1/2)
     assert numbers["gap_soft_train"] == round(2.5 / 4, 2)
 

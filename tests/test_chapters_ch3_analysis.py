@@ -37,15 +37,20 @@ def test_entropy_floor_is_the_mean_target_entropy():
     batch = task.full_batch()
     t = batch.targets.double()
     entropy = -(t * t.clamp_min(1e-300).log()).sum(-1)
-    assert task.entropy_floor() == pytest.approx(float(entropy[batch.loss_mask].mean()), abs=1e-6)
+    assert task.entropy_floor() == pytest.approx(
+        float(entropy[batch.loss_mask].mean()), abs=1e-6
+    )
 
 
 def test_length_one_two_fit_of_the_construction_vanishes_with_precision():
     v = 5
     weak = length_one_two_fit(construction(v, 1.0), v)
     strong = length_one_two_fit(construction(v, 12.0), v)
-    assert weak[1] == pytest.approx(1.0, abs=1e-9) and strong[1] == pytest.approx(12.0, abs=1e-9)
-    assert 0 < strong[0] < 1e-3 < weak[0]  # a d = v-1 solution with arbitrarily small excess loss
+    assert weak[1] == pytest.approx(1.0, abs=1e-9) and strong[1] == pytest.approx(
+        12.0, abs=1e-9
+    )
+    # a d = v-1 solution with arbitrarily small excess loss
+    assert 0 < strong[0] < 1e-3 < weak[0]
 
 
 def test_length_one_two_bad_arguments_raise():
@@ -62,22 +67,40 @@ def test_dimension_sweep_shapes_and_threshold():
     v = 4
     cfg = TrainConfig(steps=400, lr=3e-2, batch=12, warmup=20)
     sweep = dimension_sweep(v, [2, 5], [0, 1], cfg, progress=False)
-    assert sweep.best_excess.shape == sweep.final_excess.shape == sweep.final_margin.shape == (2, 2)
+    assert (
+        sweep.best_excess.shape
+        == sweep.final_excess.shape
+        == sweep.final_margin.shape
+        == (2, 2)
+    )
     assert sweep.curves.shape == (2, 400, 2)
     assert np.all(sweep.best_excess <= sweep.curves[:, 0, :])
-    assert np.all(sweep.final_margin[0] <= 0)  # d = v-2: the lower bound; never a positive margin
-    assert np.all(sweep.final_margin[1] > 0) and np.all(sweep.final_excess[1] < sweep.final_excess[0])
+    # d = v-2: the lower bound; never a positive margin
+    assert np.all(sweep.final_margin[0] <= 0)
+    assert np.all(sweep.final_margin[1] > 0) and np.all(
+        sweep.final_excess[1] < sweep.final_excess[0]
+    )
 
 
 def test_dimension_sweep_bad_arguments_raise():
     with pytest.raises(ValueError, match="batch=12"):
         dimension_sweep(4, [3], [0], TrainConfig(steps=2, warmup=0), progress=False)
     with pytest.raises(ValueError, match="targets='soft'"):
-        dimension_sweep(4, [3], [0], TrainConfig(steps=2, warmup=0, batch=12, targets="sampled"), progress=False)
+        dimension_sweep(
+            4,
+            [3],
+            [0],
+            TrainConfig(steps=2, warmup=0, batch=12, targets="sampled"),
+            progress=False,
+        )
     with pytest.raises(ValueError, match="dims"):
-        dimension_sweep(4, [], [0], TrainConfig(steps=2, warmup=0, batch=12), progress=False)
+        dimension_sweep(
+            4, [], [0], TrainConfig(steps=2, warmup=0, batch=12), progress=False
+        )
     with pytest.raises(ValueError, match="dims"):
-        dimension_sweep(4, [0], [0], TrainConfig(steps=2, warmup=0, batch=12), progress=False)
+        dimension_sweep(
+            4, [0], [0], TrainConfig(steps=2, warmup=0, batch=12), progress=False
+        )
 
 
 def test_tied_pair_finds_the_confused_tokens_and_their_split_cost():
@@ -110,7 +133,12 @@ def test_dimension_sweep_fits_threshold():
     cfg = TrainConfig(steps=50, lr=3e-2, batch=12, warmup=5)
     sweep = dimension_sweep(v, [3], [0], cfg, progress=False)
     assert sweep.fits(1e3).all() and not sweep.fits(1e-12).any()
-    assert sweep.kl_length_one.shape == (1, 1, v) and sweep.kl_length_two.shape == (1, 1, v, v)
+    assert sweep.kl_length_one.shape == (1, 1, v) and sweep.kl_length_two.shape == (
+        1,
+        1,
+        v,
+        v,
+    )
     assert np.isnan(np.diagonal(sweep.kl_length_two[0, 0])).all()
     with pytest.raises(ValueError, match="threshold"):
         sweep.fits(0.0)
@@ -129,7 +157,7 @@ def test_input_kl_tables_agree_with_the_excess_loss():
     assert np.nanmax(two) - np.nanmin(two) < 1e-9
 
 
-# --- what the chapter reads off its sweeps (synthetic sweeps: no training) -------------------
+# --- what the chapter reads off its sweeps (synthetic sweeps: no training) ------------
 
 from lengthgen_lite.chapters import ch3_analysis as ch3a  # noqa: E402
 from lengthgen_lite.chapters.ch3_analysis import DimensionSweep  # noqa: E402
@@ -143,7 +171,8 @@ def tied_table(v, pair=(0, 1)):
 
 
 def fake_sweep(v, dims, fits_at_v_minus_1, K=4):
-    """Nothing fits below d = v-1, ``fits_at_v_minus_1`` seeds fit there, all fit above."""
+    """Nothing fits below d = v-1, ``fits_at_v_minus_1`` seeds fit there, all fit
+    above."""
     excess = np.full((len(dims), K), 0.05)
     at = dims.index(v - 1)
     excess[at, :fits_at_v_minus_1] = 0.001
@@ -169,18 +198,32 @@ def sweeps():
 
 def test_sweep_counts_numbers_and_claims():
     s = sweeps()
-    assert ch3a.fits_at(s, 0.01, -1) == {6: 1, 8: 0} and ch3a.fits_at(s, 0.01, 1) == {6: 4, 8: 4}
+    assert ch3a.fits_at(s, 0.01, -1) == {6: 1, 8: 0} and ch3a.fits_at(s, 0.01, 1) == {
+        6: 4,
+        8: 4,
+    }
     numbers = ch3a.sweep_numbers(s, 0.01)
-    assert list(numbers)[:3] == ["ch3_fit_at_v6", "ch3_fit_above_v6", "ch3_plateau_below_v6"]
+    assert list(numbers)[:3] == [
+        "ch3_fit_at_v6",
+        "ch3_fit_above_v6",
+        "ch3_plateau_below_v6",
+    ]
     assert numbers["ch3_plateau_below_v8"] == 0.05 and numbers["ch3_K"] == 4
     assert numbers["ch3_fit_at_total"] == 1 and numbers["ch3_runs_at_total"] == 8
     margins, claim = ch3a.lower_bound_claim(s, 0.01)
-    assert margins.shape == (3, 4) and np.allclose(margins, 0.04)  # d = 4 (v = 6); 5, 6 (v = 8)
+    # d = 4 (v = 6); 5, 6 (v = 8)
+    assert margins.shape == (3, 4) and np.allclose(margins, 0.04)
     assert claim.verdict == "reproduced"
-    assert claim.number.startswith("0/12 trained runs fit") and "(v = 6: d = 4; v = 8: d = 5, 6;" in claim.number
+    assert (
+        claim.number.startswith("0/12 trained runs fit")
+        and "(v = 6: d = 4; v = 8: d = 5, 6;" in claim.number
+    )
     sufficient = ch3a.sufficient_claim(s, 0.01, precise=True)
     assert sufficient.verdict == "demonstration"
-    assert "fits in 1/4 seeds (v = 6) and 0/4 (v = 8), at d = v+1 in 4/4 and 4/4" in sufficient.number
+    assert (
+        "fits in 1/4 seeds (v = 6) and 0/4 (v = 8), at d = v+1 in 4/4 and 4/4"
+        in sufficient.number
+    )
     assert ch3a.sufficient_claim(s, 0.01, precise=False).verdict == "not reproduced"
 
 
@@ -194,6 +237,7 @@ def test_tied_pair_survey_reads_every_stall():
     k, pair = survey.example
     assert k == 0 and pair.tokens == (0, 1)
     tables = ch3a.kl_examples(s[8], 0.01, survey.example)
-    assert list(tables) == ["seed 0: stalled, tokens (0, 1) tied"]  # no run fits at v = 8, d = 7
+    # no run fits at v = 8, d = 7
+    assert list(tables) == ["seed 0: stalled, tokens (0, 1) tied"]
     tables = ch3a.kl_examples(s[6], 0.01, (1, pair))
     assert list(tables)[1] == "seed 0: fitted"

@@ -8,55 +8,103 @@ from lengthgen_lite.chapters.ch4_pretrained import _offline
 
 @pytest.fixture(scope="module")
 def tiny():
-    """A tiny randomly initialised Llama: the hooks and the measurement without the real weights."""
+    """A tiny randomly initialised Llama: the hooks and the measurement without the real
+    weights."""
     _offline()
     from transformers import LlamaConfig, LlamaForCausalLM
 
     torch.manual_seed(0)
-    cfg = LlamaConfig(vocab_size=300, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
-                      num_key_value_heads=2, max_position_embeddings=128, attn_implementation="eager")
+    cfg = LlamaConfig(
+        vocab_size=300,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=128,
+        attn_implementation="eager",
+    )
     return LlamaForCausalLM(cfg).eval()
 
 
 def tokens(n=5, length=24, seed=0):
-    return llama.random_token_sequences(n, length, vocab_size=300, first_id=3, seed=seed, start_id=1)
+    return llama.random_token_sequences(
+        n, length, vocab_size=300, first_id=3, seed=seed, start_id=1
+    )
 
 
 def test_random_tokens_start_with_the_start_token_and_stay_in_range():
     t = tokens()
-    assert t.shape == (5, 24) and (t[:, 0] == 1).all() and ((t[:, 1:] >= 3) & (t[:, 1:] < 300)).all()
+    assert (
+        t.shape == (5, 24)
+        and (t[:, 0] == 1).all()
+        and ((t[:, 1:] >= 3) & (t[:, 1:] < 300)).all()
+    )
     assert torch.equal(t, tokens()) and not torch.equal(t, tokens(seed=1))
 
 
 def test_hooks_record_the_layers_own_outputs_at_the_last_position(tiny):
-    """Each prefix's last position, read from one long forward, is that prefix run alone (causal mask)."""
+    """Each prefix's last position, read from one long forward, is that prefix run alone
+    (causal mask)."""
     t = tokens()
     attn = tiny.model.layers[0].self_attn
-    hooks_before = (len(attn._forward_hooks), len(attn.o_proj._forward_hooks), len(attn.o_proj._forward_pre_hooks))
+    hooks_before = (
+        len(attn._forward_hooks),
+        len(attn.o_proj._forward_hooks),
+        len(attn.o_proj._forward_pre_hooks),
+    )
     record = llama.record_last_positions(tiny, t, [4, 9, 24], chunk=2)
-    assert (len(attn._forward_hooks), len(attn.o_proj._forward_hooks), len(attn.o_proj._forward_pre_hooks)) == hooks_before
-    assert record.before_o_proj.shape == (5, 2, 3, 32) and record.after_o_proj.shape == (5, 2, 3, 32)
-    assert record.sink.shape == (5, 2, 3, 4) and ((record.sink >= 0) & (record.sink <= 1)).all()
+    assert (
+        len(attn._forward_hooks),
+        len(attn.o_proj._forward_hooks),
+        len(attn.o_proj._forward_pre_hooks),
+    ) == hooks_before
+    assert record.before_o_proj.shape == (
+        5,
+        2,
+        3,
+        32,
+    ) and record.after_o_proj.shape == (5, 2, 3, 32)
+    assert (
+        record.sink.shape == (5, 2, 3, 4)
+        and ((record.sink >= 0) & (record.sink <= 1)).all()
+    )
     for layer in range(2):
         o_proj = tiny.model.layers[layer].self_attn.o_proj
-        torch.testing.assert_close(record.after_o_proj[:, layer], o_proj(record.before_o_proj[:, layer]).detach())
+        torch.testing.assert_close(
+            record.after_o_proj[:, layer],
+            o_proj(record.before_o_proj[:, layer]).detach(),
+        )
     short = llama.record_last_positions(tiny, t[:, :9], [9])
-    torch.testing.assert_close(short.after_o_proj[:, :, 0], record.after_o_proj[:, :, 1], rtol=1e-4, atol=1e-5)
-    torch.testing.assert_close(short.sink[:, :, 0], record.sink[:, :, 1], rtol=1e-4, atol=1e-5)
-    with torch.no_grad():  # the weights on position 0 are the model's own attention weights
+    torch.testing.assert_close(
+        short.after_o_proj[:, :, 0], record.after_o_proj[:, :, 1], rtol=1e-4, atol=1e-5
+    )
+    torch.testing.assert_close(
+        short.sink[:, :, 0], record.sink[:, :, 1], rtol=1e-4, atol=1e-5
+    )
+    # the weights on position 0 are the model's own attention weights
+    with torch.no_grad():
         out = tiny(t[:, :4], output_attentions=True)
-    torch.testing.assert_close(record.sink[:, :, 0], torch.stack([a[:, :, -1, 0] for a in out.attentions], 1))
+    torch.testing.assert_close(
+        record.sink[:, :, 0], torch.stack([a[:, :, -1, 0] for a in out.attentions], 1)
+    )
 
 
 def test_spread_definitions_differ_on_a_common_mean():
-    """A shared offset across components leaves the per-feature std alone but not the global one."""
+    """A shared offset across components leaves the per-feature std alone but not the
+    global one."""
     g = torch.Generator().manual_seed(0)
-    noise = torch.randn(400, 1, 2, 64, generator=g) * torch.tensor([1.0, 0.5]).view(1, 1, 2, 1)
+    noise = torch.randn(400, 1, 2, 64, generator=g) * torch.tensor([1.0, 0.5]).view(
+        1, 1, 2, 1
+    )
     offset = torch.linspace(-3, 3, 64)
     plain, shifted = llama.spread_curves(noise), llama.spread_curves(noise + offset)
-    np.testing.assert_allclose(plain["feature (median)"], shifted["feature (median)"], rtol=1e-6)
+    np.testing.assert_allclose(
+        plain["feature (median)"], shifted["feature (median)"], rtol=1e-6
+    )
     assert plain["global"][0, 1] < 0.6 * plain["global"][0, 0]  # the noise halves
-    assert shifted["global"][0, 1] > 0.9 * shifted["global"][0, 0]  # the offset dominates
+    # the offset dominates
+    assert shifted["global"][0, 1] > 0.9 * shifted["global"][0, 0]
 
 
 def test_bootstrap_bands_bracket_the_slope(tiny):
@@ -72,7 +120,10 @@ def test_requantize_coarsens_2d_weights_only(tiny):
     w = coarse.model.layers[0].self_attn.q_proj.weight.view(32, -1, 32)
     assert max(len(torch.unique(block)) for block in w.reshape(-1, 32)) <= 4
     assert torch.equal(coarse.model.norm.weight, tiny.model.norm.weight)
-    assert not torch.equal(coarse.model.layers[0].mlp.up_proj.weight, tiny.model.layers[0].mlp.up_proj.weight)
+    assert not torch.equal(
+        coarse.model.layers[0].mlp.up_proj.weight,
+        tiny.model.layers[0].mlp.up_proj.weight,
+    )
 
 
 def test_text_windows_do_not_overlap():
@@ -81,31 +132,73 @@ def test_text_windows_do_not_overlap():
     assert w.shape == (5, 100) and (w[:, 0] == 7).all()
     starts = sorted(int(row[1]) for row in w)
     assert all(s % 99 == 0 for s in starts) and len(set(starts)) == 5
-    assert "statement" in llama.natural_text() and not llama.natural_text().startswith("#")
+    assert "statement" in llama.natural_text() and not llama.natural_text().startswith(
+        "#"
+    )
 
 
 def test_describe_names_a_causal_llama(tiny):
     facts = llama.describe(tiny)
-    assert facts["class"] == "LlamaForCausalLM" and facts["causal"] and facts["layers"] == 2 and facts["kv_heads"] == 2
+    assert (
+        facts["class"] == "LlamaForCausalLM"
+        and facts["causal"]
+        and facts["layers"] == 2
+        and facts["kv_heads"] == 2
+    )
 
 
 @pytest.mark.parametrize(
     "call, message",
     [
-        (lambda m: llama.record_last_positions(m, tokens(), [1, 4]), "sizes must increase strictly within 2..24"),
-        (lambda m: llama.record_last_positions(m, tokens(), [8, 4]), "sizes must increase strictly"),
-        (lambda m: llama.record_last_positions(m, tokens(), [4, 30]), r"within 2\.\.24"),
-        (lambda m: llama.record_last_positions(m, tokens(), []), "non-empty list of ints"),
-        (lambda m: llama.record_last_positions(m, tokens().float(), [4]), r"\[batch, length\] long"),
-        (lambda m: llama.record_last_positions(m, tokens(), [4], chunk=0), "chunk must be a positive int"),
-        (lambda m: llama.random_token_sequences(0, 8, 300, 3, 0), "n_sequences must be an int >= 1"),
-        (lambda m: llama.random_token_sequences(2, 8, 300, 300, 0), "first_id must be in 0..vocab_size-1"),
-        (lambda m: llama.text_windows(list(range(50)), 3, 20, 0), r"n_sequences must be an int in 1\.\.2"),
+        (
+            lambda m: llama.record_last_positions(m, tokens(), [1, 4]),
+            "sizes must increase strictly within 2..24",
+        ),
+        (
+            lambda m: llama.record_last_positions(m, tokens(), [8, 4]),
+            "sizes must increase strictly",
+        ),
+        (
+            lambda m: llama.record_last_positions(m, tokens(), [4, 30]),
+            r"within 2\.\.24",
+        ),
+        (
+            lambda m: llama.record_last_positions(m, tokens(), []),
+            "non-empty list of ints",
+        ),
+        (
+            lambda m: llama.record_last_positions(m, tokens().float(), [4]),
+            r"\[batch, length\] long",
+        ),
+        (
+            lambda m: llama.record_last_positions(m, tokens(), [4], chunk=0),
+            "chunk must be a positive int",
+        ),
+        (
+            lambda m: llama.random_token_sequences(0, 8, 300, 3, 0),
+            "n_sequences must be an int >= 1",
+        ),
+        (
+            lambda m: llama.random_token_sequences(2, 8, 300, 300, 0),
+            "first_id must be in 0..vocab_size-1",
+        ),
+        (
+            lambda m: llama.text_windows(list(range(50)), 3, 20, 0),
+            r"n_sequences must be an int in 1\.\.2",
+        ),
         (lambda m: llama.requantize(m, bits=0), "bits must be an int in 1..8"),
         (lambda m: llama.requantize(m, bits=3, block=1), "block must be an int >= 2"),
         (lambda m: llama.feature_std(torch.zeros(1, 4)), "at least 2 sequences"),
-        (lambda m: llama.bootstrap_slopes(llama.record_last_positions(m, tokens(), [4, 8]), n_boot=1), "n_boot must be"),
-        (lambda m: llama.record_last_positions(m, tokens(), [4, 8]).samples("z"), "where must be"),
+        (
+            lambda m: llama.bootstrap_slopes(
+                llama.record_last_positions(m, tokens(), [4, 8]), n_boot=1
+            ),
+            "n_boot must be",
+        ),
+        (
+            lambda m: llama.record_last_positions(m, tokens(), [4, 8]).samples("z"),
+            "where must be",
+        ),
     ],
 )
 def test_bad_input_raises(tiny, call, message):
@@ -117,47 +210,96 @@ def test_models_without_attention_weights_are_rejected():
     _offline()
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    cfg = LlamaConfig(vocab_size=300, hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=4,
-                      num_key_value_heads=2, attn_implementation="sdpa")
+    cfg = LlamaConfig(
+        vocab_size=300,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=1,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        attn_implementation="sdpa",
+    )
     with pytest.raises(ValueError, match="attn_implementation='eager'"):
         llama.record_last_positions(LlamaForCausalLM(cfg).eval(), tokens(), [4])
 
 
-@pytest.mark.skipif(not (llama.cache_dir() / llama.CONVERTED).exists(), reason="SmolLM2 not converted yet (make fetches it)")
+@pytest.mark.skipif(
+    not (llama.cache_dir() / llama.CONVERTED).exists(),
+    reason="SmolLM2 not converted yet (make fetches it)",
+)
 def test_the_cached_smollm2_is_a_causal_llama():
     model = llama.load_smollm2()
     facts = llama.describe(model)
-    assert (facts["class"], facts["causal"], facts["layers"], facts["d_model"], facts["heads"], facts["kv_heads"]) == (
-        "LlamaForCausalLM", True, 30, 576, 9, 3)
+    assert (
+        facts["class"],
+        facts["causal"],
+        facts["layers"],
+        facts["d_model"],
+        facts["heads"],
+        facts["kv_heads"],
+    ) == ("LlamaForCausalLM", True, 30, 576, 9, 3)
 
 
 def test_layer_summary_glue_and_scorecard():
-    """The chapter's Llama numbers from hand-made slopes: layer 0 falls, layer 1 rises."""
+    """The chapter's Llama numbers from hand-made slopes: layer 0 falls, layer 1
+    rises."""
     F = llama.F
 
     def bands(point, low, high, glob):
-        return llama.SlopeBands({F: np.array(point), "global": np.array(glob), "feature o_0": np.array(point)},
-                                {F: np.array(low), "global": np.array(glob)}, {F: np.array(high), "global": np.array(glob)})
+        return llama.SlopeBands(
+            {
+                F: np.array(point),
+                "global": np.array(glob),
+                "feature o_0": np.array(point),
+            },
+            {F: np.array(low), "global": np.array(glob)},
+            {F: np.array(high), "global": np.array(glob)},
+        )
 
     kinds = ("random tokens", "natural text")
-    slopes = {(k, "after_o_proj"): bands([-0.3, 0.2], [-0.4, 0.1], [-0.2, 0.3], [0.0, 0.1]) for k in kinds}
-    slopes |= {(k, "before_o_proj"): bands([-0.45, 0.0], [-0.5, -0.1], [-0.4, 0.1], [0.0, 0.0]) for k in kinds}
+    slopes = {
+        (k, "after_o_proj"): bands([-0.3, 0.2], [-0.4, 0.1], [-0.2, 0.3], [0.0, 0.1])
+        for k in kinds
+    }
+    slopes |= {
+        (k, "before_o_proj"): bands([-0.45, 0.0], [-0.5, -0.1], [-0.4, 0.1], [0.0, 0.0])
+        for k in kinds
+    }
     sinks = {k: np.array([[0.0, 0.01], [0.5, 0.6]]) for k in kinds}  # [layers, len(N)]
-    controls = {"4-bit (as shipped)": bands([-0.3, 0.2], [-0.4, 0.1], [-0.2, 0.3], [0.0, 0.0]),
-                "3-bit re-quantised": bands([-0.28, 0.25], [-0.4, 0.1], [-0.2, 0.3], [0.0, 0.0]),
-                "random weights": bands([-0.5, 0.0], [-0.6, -0.1], [-0.4, 0.1], [0.0, 0.0])}
-    record = llama.LastPositionRecord(np.array([8, 512]), torch.randn(4, 2, 2, 8), torch.randn(4, 2, 2, 8),
-                                      torch.rand(4, 2, 2, 4))
+    controls = {
+        "4-bit (as shipped)": bands([-0.3, 0.2], [-0.4, 0.1], [-0.2, 0.3], [0.0, 0.0]),
+        "3-bit re-quantised": bands(
+            [-0.28, 0.25], [-0.4, 0.1], [-0.2, 0.3], [0.0, 0.0]
+        ),
+        "random weights": bands([-0.5, 0.0], [-0.6, -0.1], [-0.4, 0.1], [0.0, 0.0]),
+    }
+    record = llama.LastPositionRecord(
+        np.array([8, 512]),
+        torch.randn(4, 2, 2, 8),
+        torch.randn(4, 2, 2, 8),
+        torch.rand(4, 2, 2, 4),
+    )
     summary = llama.layer_summary(slopes, {k: record for k in kinds}, sinks, controls)
     assert summary.l0["random tokens"] == -0.3 and summary.l0_before == -0.45
     assert summary.decays.tolist() == [0] and summary.rises.tolist() == [1]
     assert summary.no_sink["random tokens"].tolist() == [True, False]
-    assert summary.sink_gap["natural text"] == pytest.approx(0.5) and summary.rho["random tokens"] == pytest.approx(1.0)
+    assert summary.sink_gap["natural text"] == pytest.approx(0.5) and summary.rho[
+        "random tokens"
+    ] == pytest.approx(1.0)
     np.testing.assert_allclose(summary.quant_shift, [0.02, 0.05])
     glued = llama.layer_glue(summary, slopes, sinks)
     assert list(glued)[0] == "llama_l0_rand" and glued["llama_sink_max_512"] == 0.6
-    assert llama.layer_counts(summary, slopes) == {"llama_n_decay": 1, "llama_n_rise": 1, "llama_n_decay_text": 1,
-                                                   "llama_n_rise_text": 1, "llama_n_nosink": 1}
+    assert llama.layer_counts(summary, slopes) == {
+        "llama_n_decay": 1,
+        "llama_n_rise": 1,
+        "llama_n_decay_text": 1,
+        "llama_n_rise_text": 1,
+        "llama_n_nosink": 1,
+    }
     (claim,) = llama.scorecard(summary, slopes, 10, [8, 512])
-    assert claim.key == "ch4-score-llama" and claim.verdict == "partly reproduced"  # both clear, too few layers
-    assert "band below 0 in 1 of 2 layers; 10 sequences per input, N = 8..512" in claim.number
+    # both clear, too few layers
+    assert claim.key == "ch4-score-llama" and claim.verdict == "partly reproduced"
+    assert (
+        "band below 0 in 1 of 2 layers; 10 sequences per input, N = 8..512"
+        in claim.number
+    )

@@ -17,7 +17,12 @@ from lengthgen_lite.chapters.ch4_vanishing_variance import (
     standardize,
 )
 from lengthgen_lite.core.model import run_with_hooks
-from lengthgen_lite.core.retrieval import ArgmaxRetrieval, DictionaryLookup, RetrievalTransformer, retrieval_config
+from lengthgen_lite.core.retrieval import (
+    ArgmaxRetrieval,
+    DictionaryLookup,
+    RetrievalTransformer,
+    retrieval_config,
+)
 from lengthgen_lite.core.seeding import make_generator, seed_everything
 from lengthgen_lite.core.training import TrainConfig, train
 
@@ -26,7 +31,9 @@ def test_uniform_attention_gives_exactly_n_eff_equal_n_and_the_one_over_n_law():
     head = random_head(d_model=16, seed=0)
     stds = []
     for N in (4, 64):
-        sample = random_head_outputs(head, N, 4000, logit_scale=0.0, generator=make_generator(N))
+        sample = random_head_outputs(
+            head, N, 4000, logit_scale=0.0, generator=make_generator(N)
+        )
         torch.testing.assert_close(sample.n_eff, torch.full((4000,), float(N)))
         stds.append(sample.outputs[:, 0].std().item())
     assert stds[0] / stds[1] == pytest.approx(4.0, rel=0.08)  # sqrt(64 / 4)
@@ -35,11 +42,20 @@ def test_uniform_attention_gives_exactly_n_eff_equal_n_and_the_one_over_n_law():
 
 def test_sharper_attention_means_fewer_effective_items_and_a_slower_decay():
     head = random_head(d_model=16, seed=1)
-    n_eff = [random_head_outputs(head, 256, 200, s, make_generator(0)).n_eff.mean().item() for s in (0.0, 1.0, 3.0)]
+    n_eff = [
+        random_head_outputs(head, 256, 200, s, make_generator(0)).n_eff.mean().item()
+        for s in (0.0, 1.0, 3.0)
+    ]
     assert n_eff[0] > n_eff[1] > n_eff[2] >= 1.0
     slopes = []
     for scale in (0.0, 3.0):
-        stds = [random_head_outputs(head, N, 1000, scale, make_generator(N)).outputs[:, 0].std().item() for N in (8, 64, 512)]
+        stds = [
+            random_head_outputs(head, N, 1000, scale, make_generator(N))
+            .outputs[:, 0]
+            .std()
+            .item()
+            for N in (8, 64, 512)
+        ]
         slopes.append(loglog_slope([8, 64, 512], stds))
     assert slopes[0] == pytest.approx(-0.5, abs=0.05) and slopes[1] > slopes[0] + 0.1
 
@@ -48,18 +64,22 @@ def test_chunking_does_not_change_the_draws():
     head = random_head(d_model=8, seed=0)
     a = random_head_outputs(head, 10, 50, 1.0, make_generator(3), chunk=7)
     b = random_head_outputs(head, 10, 50, 1.0, make_generator(3), chunk=50)
-    torch.testing.assert_close(a.outputs, b.outputs)  # chunks draw the same numbers in order
+    # chunks draw the same numbers in order
+    torch.testing.assert_close(a.outputs, b.outputs)
 
 
 def test_a_common_item_mean_shifts_the_output_and_keeps_its_spread():
-    """Sum_i a_i = 1: shifting every item by mu shifts o by W_V mu; the logits move by one constant,
-    so the weights, N_eff and the spread do not change (the law needs no zero-mean values)."""
+    """Sum_i a_i = 1: shifting every item by mu shifts o by W_V mu; the logits move by
+    one constant, so the weights, N_eff and the spread do not change (the law needs no
+    zero-mean values)."""
     head = random_head(d_model=8, seed=0)
     plain = random_head_outputs(head, 16, 200, 1.0, make_generator(3))
     shifted = random_head_outputs(head, 16, 200, 1.0, make_generator(3), item_mean=2.0)
     torch.testing.assert_close(shifted.n_eff, plain.n_eff)
     offset = head.w_v @ torch.full((8,), 2.0)
-    torch.testing.assert_close(shifted.outputs, plain.outputs + offset, atol=1e-4, rtol=1e-4)
+    torch.testing.assert_close(
+        shifted.outputs, plain.outputs + offset, atol=1e-4, rtol=1e-4
+    )
     assert offset.abs().max() > 0.5  # the shift is not trivially small
 
 
@@ -71,24 +91,60 @@ def test_loglog_slope_recovers_a_power():
 def test_shift_statistics_and_standardize():
     x = torch.tensor([[1.0, 3.0], [3.0, 5.0], [5.0, 7.0]])
     stats = shift_statistics(x)
-    np.testing.assert_allclose(stats.feature_var, [4.0, 4.0])  # unbiased variance over samples
-    assert stats.global_mean == pytest.approx(4.0) and stats.global_var == pytest.approx(1.0)
+    # unbiased variance over samples
+    np.testing.assert_allclose(stats.feature_var, [4.0, 4.0])
+    assert stats.global_mean == pytest.approx(
+        4.0
+    ) and stats.global_var == pytest.approx(1.0)
     assert stats.median_feature_var == pytest.approx(4.0)
-    z = shift_statistics(standardize(torch.randn(100, 32, generator=make_generator(0)) * 5 + 2))
-    assert z.global_mean == pytest.approx(0.0, abs=1e-6) and z.global_var == pytest.approx(1.0, abs=1e-3)
+    z = shift_statistics(
+        standardize(torch.randn(100, 32, generator=make_generator(0)) * 5 + 2)
+    )
+    assert z.global_mean == pytest.approx(
+        0.0, abs=1e-6
+    ) and z.global_var == pytest.approx(1.0, abs=1e-3)
 
 
 @pytest.mark.parametrize(
     "call, message",
     [
         (lambda: random_head(d_model=0), "d_model must be"),
-        (lambda: random_head_outputs(random_head(4), 0, 2, 1.0, make_generator(0)), "N must be"),
-        (lambda: random_head_outputs(random_head(4), 3, 0, 1.0, make_generator(0)), "n_sequences must be"),
-        (lambda: random_head_outputs(random_head(4), 3, 2, 1.0, make_generator(0), chunk=0), "chunk must be"),
-        (lambda: random_head_outputs(random_head(4), 3, 2, -1.0, make_generator(0)), "logit_scale must be"),
-        (lambda: random_head_outputs(random_head(4), 3, 2, float("inf"), make_generator(0)), "logit_scale must be"),
-        (lambda: random_head_outputs(random_head(4), 3, 2, 1.0, make_generator(0), item_mean=float("nan")), "item_mean must be"),
-        (lambda: random_head_outputs(random_head(4), 3, 2, 1.0, make_generator(0), chunk=0), "chunk must be"),
+        (
+            lambda: random_head_outputs(random_head(4), 0, 2, 1.0, make_generator(0)),
+            "N must be",
+        ),
+        (
+            lambda: random_head_outputs(random_head(4), 3, 0, 1.0, make_generator(0)),
+            "n_sequences must be",
+        ),
+        (
+            lambda: random_head_outputs(
+                random_head(4), 3, 2, 1.0, make_generator(0), chunk=0
+            ),
+            "chunk must be",
+        ),
+        (
+            lambda: random_head_outputs(random_head(4), 3, 2, -1.0, make_generator(0)),
+            "logit_scale must be",
+        ),
+        (
+            lambda: random_head_outputs(
+                random_head(4), 3, 2, float("inf"), make_generator(0)
+            ),
+            "logit_scale must be",
+        ),
+        (
+            lambda: random_head_outputs(
+                random_head(4), 3, 2, 1.0, make_generator(0), item_mean=float("nan")
+            ),
+            "item_mean must be",
+        ),
+        (
+            lambda: random_head_outputs(
+                random_head(4), 3, 2, 1.0, make_generator(0), chunk=0
+            ),
+            "chunk must be",
+        ),
         (lambda: loglog_slope([1, 2], [1.0]), "same length"),
         (lambda: loglog_slope([1], [1.0]), "same length >= 2"),
         (lambda: loglog_slope([1, 2], [1.0, 0.0]), "positive and finite"),
@@ -103,7 +159,8 @@ def test_bad_input_raises(call, message):
 
 def test_logit_std_matches_the_sampled_logits():
     head = random_head(d_model=16, seed=2)
-    sample = random_head_outputs(head, 1, 1, 0.0, make_generator(0))  # (only to exercise the API)
+    # (only to exercise the API)
+    sample = random_head_outputs(head, 1, 1, 0.0, make_generator(0))
     x = torch.randn(20000, 16, generator=make_generator(1))
     logits = 2.0 * x @ (head.w_k.T @ (head.w_q @ head.query)) / 4.0
     assert head.logit_std(2.0) == pytest.approx(logits.std().item(), rel=0.03)
@@ -122,7 +179,14 @@ def small(task, variant):
 
 def test_training_learns_dictionary_lookup_and_evaluation_reports_it():
     cfg = TrainConfig(steps=300, batch=64, warmup=20, lr=1e-2)
-    result = train(small(DICT, "layernorm"), DICT, cfg, seeds=[0, 1], model_class=RetrievalTransformer, progress=False)
+    result = train(
+        small(DICT, "layernorm"),
+        DICT,
+        cfg,
+        seeds=[0, 1],
+        model_class=RetrievalTransformer,
+        progress=False,
+    )
     assert (result.loss[-20:].mean(0) < 0.5 * np.log(4)).all()
     table = evaluate_retrieval(result.models[0], DICT, [4, 32], n_samples=200)
     assert table.accuracy[0] > 0.8 and table.target_attention[0] > 0.3
@@ -130,7 +194,11 @@ def test_training_learns_dictionary_lookup_and_evaluation_reports_it():
     assert table.n_eff[1] > table.n_eff[0]
     before, after = attention_output_samples(result.models[0], DICT, 4, n_samples=200)
     assert before.shape == after.shape == (200, 16)
-    np.testing.assert_allclose(table.global_var[0], before.double().var(1, unbiased=False).mean().item(), rtol=1e-6)
+    np.testing.assert_allclose(
+        table.global_var[0],
+        before.double().var(1, unbiased=False).mean().item(),
+        rtol=1e-6,
+    )
 
 
 def test_baseline_tables_have_no_normed_statistics_and_scaling_changes_outputs():
@@ -139,7 +207,8 @@ def test_baseline_tables_have_no_normed_statistics_and_scaling_changes_outputs()
     table = evaluate_retrieval(model, DICT, [8], n_samples=50)
     assert table.normed_global_var is None
     scaled = evaluate_retrieval(model, DICT, [8], n_samples=50, scale=[2.0])
-    assert scaled.global_var[0] == pytest.approx(4 * table.global_var[0], rel=1e-5)  # the hook scales attn_out
+    # the hook scales attn_out
+    assert scaled.global_var[0] == pytest.approx(4 * table.global_var[0], rel=1e-5)
     inputs = DICT.sample_train_batch(3, 8, make_generator(0)).inputs
     zeroed = run_with_hooks(model, inputs, scaled_attention_output(0.0))
     assert not torch.allclose(zeroed, model(inputs))  # and the hook is gone afterwards
@@ -149,13 +218,30 @@ def test_baseline_tables_have_no_normed_statistics_and_scaling_changes_outputs()
 def test_chunked_evaluation_gives_the_numbers_of_one_forward():
     seed_everything(7)
     model = RetrievalTransformer(small(DICT, "layernorm")).eval()
-    one, chunked = (evaluate_retrieval(model, DICT, [4, 16], n_samples=60, chunk=c) for c in (60, 7))
-    for name in ("accuracy", "target_attention", "n_eff", "feature_var", "global_var", "normed_median_feature_var"):
-        np.testing.assert_allclose(getattr(chunked, name), getattr(one, name), rtol=1e-5, atol=1e-7)
-    before = [attention_output_samples(model, DICT, 16, n_samples=60, chunk=c)[0] for c in (60, 7)]
+    one, chunked = (
+        evaluate_retrieval(model, DICT, [4, 16], n_samples=60, chunk=c) for c in (60, 7)
+    )
+    for name in (
+        "accuracy",
+        "target_attention",
+        "n_eff",
+        "feature_var",
+        "global_var",
+        "normed_median_feature_var",
+    ):
+        np.testing.assert_allclose(
+            getattr(chunked, name), getattr(one, name), rtol=1e-5, atol=1e-7
+        )
+    before = [
+        attention_output_samples(model, DICT, 16, n_samples=60, chunk=c)[0]
+        for c in (60, 7)
+    ]
     torch.testing.assert_close(before[0], before[1])
     argmax_model = RetrievalTransformer(small(ARGMAX, "baseline")).eval()
-    misses = [argmax_near_misses(argmax_model, ARGMAX, 8, n_samples=60, chunk=c) for c in (60, 7)]
+    misses = [
+        argmax_near_misses(argmax_model, ARGMAX, 8, n_samples=60, chunk=c)
+        for c in (60, 7)
+    ]
     assert misses[0] == misses[1]
     with pytest.raises(ValueError, match="chunk must be"):
         attention_output_samples(model, DICT, 16, chunk=0)
@@ -165,8 +251,12 @@ def test_chunked_evaluation_gives_the_numbers_of_one_forward():
 
 @pytest.mark.parametrize(
     "kwargs, message",
-    [(dict(sizes=[]), "non-empty list"), (dict(sizes=[0]), "positive ints"), (dict(sizes=[4, 8], scale=[1.0]), "one entry per size"),
-     (dict(sizes=[4], chunk=0), "chunk must be")],
+    [
+        (dict(sizes=[]), "non-empty list"),
+        (dict(sizes=[0]), "positive ints"),
+        (dict(sizes=[4, 8], scale=[1.0]), "one entry per size"),
+        (dict(sizes=[4], chunk=0), "chunk must be"),
+    ],
 )
 def test_evaluate_rejects_bad_arguments(kwargs, message):
     model = RetrievalTransformer(small(DICT, "baseline"))
@@ -176,16 +266,31 @@ def test_evaluate_rejects_bad_arguments(kwargs, message):
 
 def test_run_variants_trains_each_variant_once_and_pairs_the_seeds():
     cfg = TrainConfig(steps=5, batch=8, warmup=1)
-    runs = run_variants(ARGMAX, seeds=[0, 1], train_cfg=cfg, sizes=[4, 8], n_samples=20, progress=False,
-                        d_model=16, n_heads=2, d_mlp=32)
+    runs = run_variants(
+        ARGMAX,
+        seeds=[0, 1],
+        train_cfg=cfg,
+        sizes=[4, 8],
+        n_samples=20,
+        progress=False,
+        d_model=16,
+        n_heads=2,
+        d_mlp=32,
+    )
     assert list(runs) == ["baseline", "layernorm", "standardize"]
-    assert runs["layernorm"].field("accuracy").shape == (2, 2) and runs["baseline"].result.loss.shape == (5, 2)
-    assert not np.array_equal(runs["baseline"].result.loss, runs["standardize"].result.loss)
+    assert runs["layernorm"].field("accuracy").shape == (2, 2) and runs[
+        "baseline"
+    ].result.loss.shape == (5, 2)
+    assert not np.array_equal(
+        runs["baseline"].result.loss, runs["standardize"].result.loss
+    )
 
 
 def test_stack_field_errors():
     seed_everything(0)
-    table = evaluate_retrieval(RetrievalTransformer(small(ARGMAX, "baseline")), ARGMAX, [4], n_samples=10)
+    table = evaluate_retrieval(
+        RetrievalTransformer(small(ARGMAX, "baseline")), ARGMAX, [4], n_samples=10
+    )
     assert stack_field([table, table], "accuracy").shape == (2, 1)
     with pytest.raises(ValueError, match="missing"):
         stack_field([table], "normed_global_var")
@@ -205,16 +310,18 @@ def test_evaluate_rescaled_restores_the_reference_scale():
 
 def test_argmax_near_misses_counts_runner_up_labels():
     seed_everything(6)
-    model = RetrievalTransformer(small(ARGMAX, "baseline")).eval()  # untrained: errors are arbitrary
+    # untrained: errors are arbitrary
+    model = RetrievalTransformer(small(ARGMAX, "baseline")).eval()
     result = argmax_near_misses(model, ARGMAX, N=8, n_samples=400, runners_up=2)
     assert result.chance == pytest.approx(1 - 0.75**2)
     assert 0.5 < result.error_rate < 1.0
-    assert abs(result.near_miss - result.chance) < 0.15  # an untrained model names runner-ups by chance
+    # an untrained model names runner-ups by chance
+    assert abs(result.near_miss - result.chance) < 0.15
     with pytest.raises(ValueError, match="runners_up must be"):
         argmax_near_misses(model, ARGMAX, N=3, runners_up=3)
 
 
-# --- the numbers and scorecard rows the notebook asserts and glues --------------------------------
+# --- the numbers and scorecard rows the notebook asserts and glues --------------------
 
 from lengthgen_lite.chapters import ch4_vanishing_variance as ch4  # noqa: E402
 from lengthgen_lite.runs.scorecard import Claim  # noqa: E402
@@ -230,34 +337,70 @@ def test_law_check_on_the_exact_law():
     head, N = random_head(d_model=8, seed=0), [4, 16, 64]
     sharpness = {ch4.UNIFORM: 0.0, ch4.DIFFUSE: 1.0, ch4.SHARP: 3.0}
     law = {k: 1 / np.sqrt(N) for k in sharpness}
-    std = {ch4.UNIFORM: law[ch4.UNIFORM], ch4.DIFFUSE: 1.1 * law[ch4.DIFFUSE], ch4.SHARP: 0.95 * law[ch4.SHARP]}
+    std = {
+        ch4.UNIFORM: law[ch4.UNIFORM],
+        ch4.DIFFUSE: 1.1 * law[ch4.DIFFUSE],
+        ch4.SHARP: 0.95 * law[ch4.SHARP],
+    }
     all_std = {ch4.UNIFORM: np.tile(law[ch4.UNIFORM][:, None], (1, 8))}
     n_eff = {k: np.array(N, dtype=float) for k in sharpness}
     check = ch4.law_check(head, N, sharpness, std, law, all_std, n_eff, n_sets=1000)
-    assert check.slopes[ch4.UNIFORM] == pytest.approx(-0.5) and np.allclose(check.all_slopes, -0.5)
-    assert check.law_err[ch4.UNIFORM] == pytest.approx(0.0, abs=1e-12) and check.law_dev == pytest.approx(0.1)
+    assert check.slopes[ch4.UNIFORM] == pytest.approx(-0.5) and np.allclose(
+        check.all_slopes, -0.5
+    )
+    assert check.law_err[ch4.UNIFORM] == pytest.approx(
+        0.0, abs=1e-12
+    ) and check.law_dev == pytest.approx(0.1)
     assert check.rel_se == pytest.approx(1 / np.sqrt(1998))
-    assert list(ch4.law_glue(check, n_eff))[:3] == ["slope_uniform", "slope_diffuse", "slope_sharp"]
+    assert list(ch4.law_glue(check, n_eff))[:3] == [
+        "slope_uniform",
+        "slope_diffuse",
+        "slope_sharp",
+    ]
     (claim,) = ch4.law_scorecard(check, n_sets=1000)
-    assert isinstance(claim, Claim) and claim.key == "ch4-score-law" and claim.verdict == "demonstration"
+    assert (
+        isinstance(claim, Claim)
+        and claim.key == "ch4-score-law"
+        and claim.verdict == "demonstration"
+    )
     assert "1000 input sets per N" in claim.number
 
 
 def test_paired_gains_sampling_bounds_and_the_layernorm_row():
     base = np.array([[0.9, 0.5, 0.2], [0.9, 0.5, 0.3]])
-    accuracy = {"dictionary lookup": {"baseline": base, "layernorm": base + 0.3, "standardize": base + 0.2},
-                "argmax retrieval": {"baseline": base, "layernorm": base, "standardize": base - 0.01}}
+    accuracy = {
+        "dictionary lookup": {
+            "baseline": base,
+            "layernorm": base + 0.3,
+            "standardize": base + 0.2,
+        },
+        "argmax retrieval": {
+            "baseline": base,
+            "layernorm": base,
+            "standardize": base - 0.01,
+        },
+    }
     gain = ch4.paired_gains(accuracy)
     np.testing.assert_allclose(gain["dictionary lookup"]["layernorm"], 0.3)
     pair_se, long_se = ch4.sampling_bounds(400, 2, 2)
     assert pair_se == pytest.approx(0.05) and long_se == pytest.approx(0.025)
     glued = ch4.gain_glue(accuracy, gain, np.array([False, True, True]), long_se)
-    assert glued["gain_dict_layernorm_1024"] == 0.3 and glued["gain_argmax_layernorm_1024"] == 0.0
+    assert (
+        glued["gain_dict_layernorm_1024"] == 0.3
+        and glued["gain_argmax_layernorm_1024"] == 0.0
+    )
     assert str(glued["gainmax_argmax"]) == "0.0"  # no "-0.0"
-    claim, share = ch4.layernorm_scorecard(base + 0.3, base, "dict", 0, np.array([False, True, True]), long_se, 400)
+    claim, share = ch4.layernorm_scorecard(
+        base + 0.3, base, "dict", 0, np.array([False, True, True]), long_se, 400
+    )
     assert claim.key == "ch4-score-ln-dict" and share == pytest.approx(0.3 / 0.65)
-    assert claim.verdict == "partly reproduced" and "2 seeds, 400 test sets per N" in claim.number
-    claim, _ = ch4.layernorm_scorecard(base, base, "argmax", 0, np.array([False, True, True]), long_se, 400)
+    assert (
+        claim.verdict == "partly reproduced"
+        and "2 seeds, 400 test sets per N" in claim.number
+    )
+    claim, _ = ch4.layernorm_scorecard(
+        base, base, "argmax", 0, np.array([False, True, True]), long_se, 400
+    )
     assert claim.verdict == "not reproduced"
 
 
@@ -274,23 +417,42 @@ def test_shift_ratios_glue_and_rows():
     flat, falling = np.ones((K, n)), np.array([[1.0, 0.5, 0.25]] * K)
 
     def run(normed):
-        fields = {"median_feature_var": falling, "global_var": falling, "global_mean": np.zeros((K, n)),
-                  "feature_var": np.stack([falling] * 3, -1)}
+        fields = {
+            "median_feature_var": falling,
+            "global_var": falling,
+            "global_mean": np.zeros((K, n)),
+            "feature_var": np.stack([falling] * 3, -1),
+        }
         if normed:
-            fields |= {"normed_median_feature_var": 0.6 * np.ones((K, n)) * [[1, 1, 0.6]], "normed_global_var": flat}
+            fields |= {
+                "normed_median_feature_var": 0.6 * np.ones((K, n)) * [[1, 1, 0.6]],
+                "normed_global_var": flat,
+            }
         return _Run(fields)
 
-    runs = {t: {"baseline": run(False), "layernorm": run(True), "standardize": run(True)}
-            for t in ("argmax retrieval", "dictionary lookup")}
+    runs = {
+        t: {"baseline": run(False), "layernorm": run(True), "standardize": run(True)}
+        for t in ("argmax retrieval", "dictionary lookup")
+    }
     shift = ch4.shift_ratios(runs, n_sets=500)
     np.testing.assert_allclose(shift.before["argmax retrieval", "baseline"], 0.25)
     np.testing.assert_allclose(shift.after["dictionary lookup", "layernorm"], 0.6)
     np.testing.assert_allclose(shift.pinned_change("argmax retrieval"), 0.0)
-    assert set(shift.drift) == {(t, v) for t in runs for v in ("baseline", "layernorm", "standardize")}
-    assert ch4.shift_glue(shift)["after_dict"] == 0.6 and ch4.shift_glue(shift)["shrink_argmax"] == 0.25
-    after, before = np.stack(list(shift.after.values())), np.stack([shift.before[k] for k in shift.after])
+    assert set(shift.drift) == {
+        (t, v) for t in runs for v in ("baseline", "layernorm", "standardize")
+    }
+    assert (
+        ch4.shift_glue(shift)["after_dict"] == 0.6
+        and ch4.shift_glue(shift)["shrink_argmax"] == 0.25
+    )
+    after, before = (
+        np.stack(list(shift.after.values())),
+        np.stack([shift.before[k] for k in shift.after]),
+    )
     drift = np.stack(list(shift.drift.values()))
-    rows = ch4.shift_scorecard(after.ravel(), before.ravel(), drift.ravel(), shift.median_ratio_se, K)
+    rows = ch4.shift_scorecard(
+        after.ravel(), before.ravel(), drift.ravel(), shift.median_ratio_se, K
+    )
     assert [r.key for r in rows] == ["ch4-score-shift", "ch4-score-mean-drift"]
     assert rows[0].verdict == "reproduced" and rows[1].verdict == "not reproduced"
     assert "(12 models: 2 tasks, 3 variants, 2 seeds)" in rows[1].number
@@ -300,12 +462,20 @@ def test_attention_collapse():
     def run(mass, neff):
         return _Run({"target_attention": np.array(mass), "n_eff": np.array(neff)})
 
-    variants = {"baseline": run([[0.8, 0.1], [0.6, 0.1]], [[2.0, 50.0], [2.0, 50.0]]),
-                "layernorm": run([[0.8, 0.12], [0.6, 0.12]], [[2.0, 60.0], [2.0, 60.0]]),
-                "standardize": run([[0.8, 0.1], [0.6, 0.1]], [[2.0, 55.0], [2.0, 55.0]])}
-    collapse = ch4.attention_collapse({"argmax retrieval": variants, "dictionary lookup": variants})
-    np.testing.assert_allclose(collapse.normed_gap["argmax retrieval", "layernorm"], [0.0, 0.2])
-    np.testing.assert_allclose(collapse.seed_spread["argmax retrieval", "standardize"], [0.4 / 0.7, 0.0])
+    variants = {
+        "baseline": run([[0.8, 0.1], [0.6, 0.1]], [[2.0, 50.0], [2.0, 50.0]]),
+        "layernorm": run([[0.8, 0.12], [0.6, 0.12]], [[2.0, 60.0], [2.0, 60.0]]),
+        "standardize": run([[0.8, 0.1], [0.6, 0.1]], [[2.0, 55.0], [2.0, 55.0]]),
+    }
+    collapse = ch4.attention_collapse(
+        {"argmax retrieval": variants, "dictionary lookup": variants}
+    )
+    np.testing.assert_allclose(
+        collapse.normed_gap["argmax retrieval", "layernorm"], [0.0, 0.2]
+    )
+    np.testing.assert_allclose(
+        collapse.seed_spread["argmax retrieval", "standardize"], [0.4 / 0.7, 0.0]
+    )
     assert collapse.neff_ratio_argmax == pytest.approx(1.1)
     assert collapse.target_at_largest["dictionary lookup"] == pytest.approx(0.32 / 3)
     assert collapse.neff_at_largest["argmax retrieval"] == pytest.approx(55.0)

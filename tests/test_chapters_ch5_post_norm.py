@@ -42,27 +42,51 @@ def test_placements_and_output_norms_match_the_model():
 
 def test_specs_are_chapter_one_baseline_with_one_change():
     placements = ch5.SPECS["ch5/placements"]
-    assert len(placements.configurations()) == 10 and placements.seeds == (0, 1, 2, 3, 4)
+    assert len(placements.configurations()) == 10 and placements.seeds == (
+        0,
+        1,
+        2,
+        3,
+        4,
+    )
     deeper = ch5.SPECS["ch5/deeper"].configurations()
-    assert [(c.norm, c.d_mlp, c.targets) for c in deeper] == [("post", 128, "sampled"), ("pre_final", 128, "sampled")]
+    assert [(c.norm, c.d_mlp, c.targets) for c in deeper] == [
+        ("post", 128, "sampled"),
+        ("pre_final", 128, "sampled"),
+    ]
     dropout = ch5.SPECS["ch5/dropout"].configurations()
-    assert [(c.targets, c.attn_dropout, c.resid_dropout) for c in dropout][:2] == [("soft", 0.1, 0.0), ("soft", 0.3, 0.0)]
+    assert [(c.targets, c.attn_dropout, c.resid_dropout) for c in dropout][:2] == [
+        ("soft", 0.1, 0.0),
+        ("soft", 0.3, 0.0),
+    ]
     assert all(c.norm == "none" and c.steps == 1000 for c in dropout)
 
 
 def test_readers_and_the_selector_agree(placements):
     tv = placements.curves("tv", targets="soft", norm="attn_out")
-    np.testing.assert_allclose(ch5.per_seed(placements, "tv_beyond", "soft", "attn_out"), tv[:, 4:].mean(1))
+    np.testing.assert_allclose(
+        ch5.per_seed(placements, "tv_beyond", "soft", "attn_out"), tv[:, 4:].mean(1)
+    )
     assert set(ch5.curves(placements, "soft", "tv")) == set(PLACEMENTS)
     rows = placements.summary(["tv_train", "tv_beyond"])
-    assert len(rows) == 20 and rows[0]["targets"] == "soft" and rows[0]["norm"] == "none"
+    assert (
+        len(rows) == 20 and rows[0]["targets"] == "soft" and rows[0]["norm"] == "none"
+    )
 
 
 def test_dropout_values_pair_each_rate_with_its_baseline(placements, dropout):
-    base = ch5.dropout_values(placements, dropout, "tv_train", "soft", "attn_dropout", 0.0)
-    np.testing.assert_allclose(base, placements.values("tv_train", targets="soft", norm="none"))
-    with_p = ch5.dropout_values(placements, dropout, "tv_train", "soft", "attn_dropout", 0.3)
-    np.testing.assert_allclose(with_p, dropout.values("tv_train", targets="soft", attn_dropout=0.3))
+    base = ch5.dropout_values(
+        placements, dropout, "tv_train", "soft", "attn_dropout", 0.0
+    )
+    np.testing.assert_allclose(
+        base, placements.values("tv_train", targets="soft", norm="none")
+    )
+    with_p = ch5.dropout_values(
+        placements, dropout, "tv_train", "soft", "attn_dropout", 0.3
+    )
+    np.testing.assert_allclose(
+        with_p, dropout.values("tv_train", targets="soft", attn_dropout=0.3)
+    )
     assert ch5.dropout_changes(placements, dropout).shape == (len(ch5.DROPOUT), 2)
     rows = ch5.dropout_rows(placements, dropout, ["tv_beyond"])
     assert [r["targets"] for r in rows] == ["soft"] * 10 + ["sampled"] * 6
@@ -73,9 +97,16 @@ def test_dropout_values_pair_each_rate_with_its_baseline(placements, dropout):
 def test_scorecard_rows(placements, dropout):
     profiles = ch5.profiles(placements, n_sequences=50)
     claims = ch5.scorecard(placements, profiles, dropout)
-    assert [c.key for c in claims] == ["ch5-score-postnorm", "ch5-score-resharpen", "ch5-score-dropout"]
+    assert [c.key for c in claims] == [
+        "ch5-score-postnorm",
+        "ch5-score-resharpen",
+        "ch5-score-dropout",
+    ]
     assert all(c.verdict in VERDICTS for c in claims)
-    assert "mean TV at s = 5..15, 2 seeds" in claims[0].number and "in all 20 models" in claims[1].number
+    assert (
+        "mean TV at s = 5..15, 2 seeds" in claims[0].number
+        and "in all 20 models" in claims[1].number
+    )
     assert ch5.relative(profiles, "soft", "post", "gap")[:, 0].tolist() == [1.0, 1.0]
 
 
@@ -97,9 +128,11 @@ def test_frozen_divisor_is_a_layernorm_with_a_constant_std():
     torch.testing.assert_close(model(tokens), reference)  # the hook is gone afterwards
     hooks = frozen_divisor_hooks("blocks.0.ln_attn_out", 2.0)
     assert torch.equal(run_with_hooks(model, tokens, hooks), frozen)
-    with pytest.raises(ValueError, match="divisor must be"):
-        with frozen_divisor(model, "blocks.0.ln_attn_out", 0.0):
-            pass
+    with (
+        pytest.raises(ValueError, match="divisor must be"),
+        frozen_divisor(model, "blocks.0.ln_attn_out", 0.0),
+    ):
+        pass
 
 
 def test_gap_profile_without_a_norm_has_no_divisor():
@@ -118,12 +151,15 @@ def test_gap_profile_frozen_gap_matches_at_the_reference_and_divisor_is_the_inpu
     seed_everything(2)
     model = Transformer(ModelConfig(vocab_size=8, d_model=16, norm="attn_out")).eval()
     profile = gap_profile(model, n_sequences=200, train_length=3)
-    # the frozen divisor is the mean divisor at s = 1..3, so the frozen and real gaps cross there
+    # the frozen divisor is the mean divisor at s = 1..3, so the frozen and real gaps
+    # cross there
     ratio = profile.divisor[:3] / profile.divisor[:3].mean()
     assert ratio.min() <= 1.0 <= ratio.max()
     assert np.isfinite(profile.divisor).all() and (profile.divisor > 0).all()
     # attn_out: the norm's input is the attention output itself
-    np.testing.assert_allclose(profile.divisor, np.sqrt(profile.attn_out_std**2 + 1e-5), rtol=0.05)
+    np.testing.assert_allclose(
+        profile.divisor, np.sqrt(profile.attn_out_std**2 + 1e-5), rtol=0.05
+    )
     with pytest.raises(ValueError, match="train_length must be an int"):
         gap_profile(model, n_sequences=10, train_length=0)
 
@@ -132,7 +168,12 @@ def test_stack_profile():
     from lengthgen_lite.chapters.ch5_post_norm import stack_profile
 
     seed_everything(3)
-    profiles = [gap_profile(Transformer(ModelConfig(vocab_size=8, d_model=16)).eval(), n_sequences=20) for _ in range(2)]
+    profiles = [
+        gap_profile(
+            Transformer(ModelConfig(vocab_size=8, d_model=16)).eval(), n_sequences=20
+        )
+        for _ in range(2)
+    ]
     stacked = stack_profile(profiles, "gap")
     assert stacked.shape == (2, 7)
     np.testing.assert_array_equal(stacked[1], profiles[1].gap)
@@ -144,11 +185,20 @@ def test_stack_profile():
 
 def test_growth_is_one_for_the_one_over_s_law():
     seed_everything(4)
-    profile = gap_profile(Transformer(ModelConfig(vocab_size=8, d_model=16)).eval(), n_sequences=20)
-    law = dataclasses.replace(profile, gap=3.0 / profile.s)  # gap = c / s exactly: s * gap is flat
-    rising = dataclasses.replace(profile, gap=np.ones(7))  # gap constant: s * gap grows 7-fold
+    profile = gap_profile(
+        Transformer(ModelConfig(vocab_size=8, d_model=16)).eval(), n_sequences=20
+    )
+    # gap = c / s exactly: s * gap is flat
+    law = dataclasses.replace(profile, gap=3.0 / profile.s)
+    # gap constant: s * gap grows 7-fold
+    rising = dataclasses.replace(profile, gap=np.ones(7))
     np.testing.assert_allclose(growth([law, rising]), [1.0, 7.0])
-    np.testing.assert_allclose(growth([dataclasses.replace(profile, frozen_gap=2.0 / profile.s)], "frozen_gap"), [1.0])
+    np.testing.assert_allclose(
+        growth(
+            [dataclasses.replace(profile, frozen_gap=2.0 / profile.s)], "frozen_gap"
+        ),
+        [1.0],
+    )
     with pytest.raises(ValueError, match="at least one GapProfile"):
         growth([])
     with pytest.raises(ValueError, match="field 'tv' is unknown"):

@@ -22,12 +22,19 @@ from lengthgen_lite.core.model import ModelConfig, Transformer, init_model
 from lengthgen_lite.core.seeding import make_generator, seed_everything
 from lengthgen_lite.core.tasks import SetComplement, sample_next_tokens
 from lengthgen_lite.core.training import TrainConfig, train, training_loss
-from lengthgen_lite.runs import Spec, run as run_spec_data
-
+from lengthgen_lite.runs import Spec
+from lengthgen_lite.runs import run as run_spec_data
 
 TINY = Spec(
     name="tiny/ch6",
-    base={**ch6.BASELINE, "norm": "attn_out", "lr": 1e-2, "batch": 16, "targets": "sampled", "steps": 30},
+    base={
+        **ch6.BASELINE,
+        "norm": "attn_out",
+        "lr": 1e-2,
+        "batch": 16,
+        "targets": "sampled",
+        "steps": 30,
+    },
     seeds=(0, 1),
     averagers={"ema": {"beta": 0.9}},
     scales=(0.5, 1.0, 2.0),
@@ -44,15 +51,23 @@ def test_run_scores_every_variant_at_every_scale(run):
     assert set(run.tv) == {"raw", "ema"}
     assert run.tv["raw"].shape == (2, 3, 15)  # K, scales, v - 1 (the baseline's v = 16)
     np.testing.assert_array_equal(run.curve("raw"), run.tv["raw"][:, 1])
-    np.testing.assert_allclose(run.mean_tv("ema", "train"), run.tv["ema"][:, 1, :4].mean(-1))
-    np.testing.assert_allclose(run.mean_tv("ema", "beyond", 2.0), run.tv["ema"][:, 2, 4:].mean(-1))
+    np.testing.assert_allclose(
+        run.mean_tv("ema", "train"), run.tv["ema"][:, 1, :4].mean(-1)
+    )
+    np.testing.assert_allclose(
+        run.mean_tv("ema", "beyond", 2.0), run.tv["ema"][:, 2, 4:].mean(-1)
+    )
     assert run.scale_curve("raw", "beyond").shape == (2, 3)
     assert run.result.models[0].cfg.resid_dropout == 0.0
 
 
 def test_specs_are_chapter_one_baseline_with_one_change(run):
     grid = ch6.SPECS["ch6/grid"]
-    assert len(grid.configurations()) == 8 and grid.scales == ch6.SCALES and set(grid.averagers) == {"ema", "bema"}
+    assert (
+        len(grid.configurations()) == 8
+        and grid.scales == ch6.SCALES
+        and set(grid.averagers) == {"ema", "bema"}
+    )
     assert ch6.by_config(run.results, keys=("norm",)).keys() == {"attn_out"}
     search = ch6.SPECS["ch6/search"].configurations()
     assert [(c.norm, c.lr, c.batch, c.resid_dropout) for c in search] == [
@@ -65,7 +80,18 @@ def test_score_rows_flatten_runs(run):
     rows = score_rows([run])
     assert len(rows) == 2 * 2  # variants x seeds
     assert {r["variant"] for r in rows} == {"raw", "ema"}
-    assert {"norm", "lr", "batch", "dropout", "targets", "run", "seed", "ema", "tv_train", "tv_beyond"} <= set(rows[0])
+    assert {
+        "norm",
+        "lr",
+        "batch",
+        "dropout",
+        "targets",
+        "run",
+        "seed",
+        "ema",
+        "tv_train",
+        "tv_beyond",
+    } <= set(rows[0])
     assert {r["run"] for r in rows} == {0} and {r["ema"] for r in rows} == {True, False}
     raw0 = next(r for r in rows if r["variant"] == "raw" and r["seed"] == 0)
     assert raw0["tv_train"] == pytest.approx(float(run.mean_tv("raw", "train")[0]))
@@ -88,13 +114,25 @@ def test_sample_specs_is_reproducible_balanced_and_in_range():
     assert a == b and a != sample_specs(12, 4)
     norms = [s.norm for s in a]
     assert all(norms.count(n) in (2, 3) for n in space.norm)
-    assert all(1e-3 <= s.lr <= 3e-2 + 1e-12 and s.batch in space.batch and 0 <= s.resid_dropout <= 0.3 for s in a)
+    assert all(
+        1e-3 <= s.lr <= 3e-2 + 1e-12
+        and s.batch in space.batch
+        and 0 <= s.resid_dropout <= 0.3
+        for s in a
+    )
     assert all(s.targets == "sampled" for s in a)
 
 
 @pytest.mark.parametrize(
     "kwargs",
-    [{"lr": (1e-2, 1e-3)}, {"lr": (0.0, 1e-2)}, {"dropout": (0.2, 0.1)}, {"dropout": (0.0, 1.0)}, {"batch": ()}, {"norm": ()}],
+    [
+        {"lr": (1e-2, 1e-3)},
+        {"lr": (0.0, 1e-2)},
+        {"dropout": (0.2, 0.1)},
+        {"dropout": (0.0, 1.0)},
+        {"batch": ()},
+        {"norm": ()},
+    ],
 )
 def test_search_space_rejects_bad_ranges(kwargs):
     with pytest.raises(ValueError):
@@ -108,14 +146,26 @@ def test_sample_specs_rejects_bad_n():
 
 def test_factor_importance_finds_the_factor_that_matters():
     rng = np.random.default_rng(0)
-    rows = [{"a": str(rng.choice(["x", "y", "z"])), "b": float(rng.uniform(1, 10)), "c": float(rng.normal())} for _ in range(200)]
+    rows = [
+        {
+            "a": str(rng.choice(["x", "y", "z"])),
+            "b": float(rng.uniform(1, 10)),
+            "c": float(rng.normal()),
+        }
+        for _ in range(200)
+    ]
     for r in rows:
-        r["y"] = {"x": 0.0, "y": 1.0, "z": 2.0}[r["a"]] + 0.5 * np.log10(r["b"]) + 0.01 * rng.normal()
+        r["y"] = (
+            {"x": 0.0, "y": 1.0, "z": 2.0}[r["a"]]
+            + 0.5 * np.log10(r["b"])
+            + 0.01 * rng.normal()
+        )
     fit = factor_importance(rows, "y", {"a": "categorical", "b": "log", "c": "numeric"})
     imp = fit.importance
     assert imp["a"] > imp["b"] > 0.01 > imp["c"]
     assert fit.r_squared > 0.99
-    assert fit.effects["a"] == pytest.approx({"y": 1.0, "z": 2.0}, abs=0.01)  # relative to level "x"
+    # relative to level "x"
+    assert fit.effects["a"] == pytest.approx({"y": 1.0, "z": 2.0}, abs=0.01)
     assert fit.effects["b"]["slope"] == pytest.approx(0.5, abs=0.01)
     with pytest.raises(ValueError, match="kind"):
         factor_importance(rows, "y", {"a": "ordinal"})  # type: ignore[dict-item]
@@ -144,12 +194,15 @@ def fresh_model(seed=0):
 
 
 def test_training_loss_is_the_loss_train_reports():
-    """Reproduce train's first step: same init, same data stream, same sampled targets."""
+    """Reproduce train's first step: same init, same data stream, same sampled
+    targets."""
     cfg = TrainConfig(steps=1, warmup=0, batch=16, targets="sampled")
     reported = train(MODEL, TASK, cfg, seeds=[3], progress=False).loss[0, 0]
     model, stream = fresh_model(3), make_generator(2 * 3 + 1)
     batch = TASK.sample_train_batch(16, 3, stream)
-    targets = torch.nn.functional.one_hot(sample_next_tokens(batch.targets, stream), 8).float()
+    targets = torch.nn.functional.one_hot(
+        sample_next_tokens(batch.targets, stream), 8
+    ).float()
     with torch.no_grad():
         loss = training_loss(model(batch.inputs), targets, batch.loss_mask)
     assert float(loss) == pytest.approx(float(reported), rel=1e-5)
@@ -161,14 +214,17 @@ def test_expected_sampled_gradient_is_the_soft_gradient():
     soft = flat_gradient(model, batch.inputs, batch.targets, batch.loss_mask)
     draws = resampled_target_gradients(model, batch, 400, seed=2)
     error = lambda n: float((draws[:n].mean(0) - soft).norm() / soft.norm())  # noqa: E731
-    assert error(400) < 0.5 * error(25)  # shrinks like 1/sqrt(n): by 4x from 25 to 400 draws
+    # shrinks like 1/sqrt(n): by 4x from 25 to 400 draws
+    assert error(400) < 0.5 * error(25)
     assert error(400) < 0.1
 
 
 def test_sampled_targets_are_noisier_with_the_same_signal():
     model = fresh_model()
     soft = gradient_noise(minibatch_gradients(model, TASK, 32, 40, "soft", seed=0))
-    sampled = gradient_noise(minibatch_gradients(model, TASK, 32, 40, "sampled", seed=0))
+    sampled = gradient_noise(
+        minibatch_gradients(model, TASK, 32, 40, "sampled", seed=0)
+    )
     assert sampled.trace_cov > 2 * soft.trace_cov
     assert sampled.mean_sq_norm == pytest.approx(soft.mean_sq_norm, rel=0.3)
     assert sampled.snr < soft.snr
@@ -178,7 +234,8 @@ def test_gradient_noise_on_known_samples():
     grads = torch.tensor([[1.0, 0.0], [3.0, 0.0], [2.0, 3.0], [2.0, -3.0]])
     noise = gradient_noise(grads)
     assert noise.trace_cov == pytest.approx((1 + 1 + 0 + 0 + 9 + 9) / 3)
-    # ||mean||^2 = 4, minus the noise share tr(Cov)/n of the squared norm of a mean of n samples
+    # ||mean||^2 = 4, minus the noise share tr(Cov)/n of the squared norm of a mean of n
+    # samples
     assert noise.mean_sq_norm == pytest.approx(4.0 - (20 / 3) / 4)
     assert noise.snr == pytest.approx(noise.mean_sq_norm / noise.trace_cov)
 
@@ -197,7 +254,11 @@ def test_bad_inputs_are_rejected():
     with pytest.raises(ValueError, match="must match"):
         training_loss(torch.zeros(4, 3, 8), torch.zeros(4, 3, 7), batch.loss_mask)
     with pytest.raises(ValueError, match="must match"):
-        training_loss(torch.zeros(4, 3, 8), torch.zeros(4, 3, 8), torch.ones(4, 2, dtype=torch.bool))
+        training_loss(
+            torch.zeros(4, 3, 8),
+            torch.zeros(4, 3, 8),
+            torch.ones(4, 2, dtype=torch.bool),
+        )
     with pytest.raises(ValueError, match="n_batches"):
         minibatch_gradients(model, TASK, 4, 1, "soft")
     with pytest.raises(ValueError, match="targets"):
@@ -221,7 +282,9 @@ def test_rows_equal_evaluate_set_complement_at_each_scale():
     rows = tv_by_logit_scale(m, 8, scales, n_sequences=200, seed=4)
     assert rows.shape == (3, 7)
     for row, c in zip(rows, scales):
-        expected = evaluate_set_complement(m, 8, n_sequences=200, seed=4, logit_scale=c).tv
+        expected = evaluate_set_complement(
+            m, 8, n_sequences=200, seed=4, logit_scale=c
+        ).tv
         np.testing.assert_allclose(row, expected, rtol=1e-5, atol=1e-6)
 
 
@@ -236,8 +299,12 @@ def test_matched_scale_and_scaling_matches():
     scales = [0.5, 1.0, 2.0]
     assert matched_scale(np.array([0.3, 0.2, 0.25]), scales, 0.24) == 2.0
     assert matched_scale(np.array([0.3, 0.2, 0.2]), scales, 0.2) == 1.0  # first on ties
-    assert scaling_matches(np.array([0.1, 0.2]), np.array([0.5, 0.3]), train=0.2, beyond=0.3)
-    assert not scaling_matches(np.array([0.1, 0.2]), np.array([0.5, 0.3]), train=0.15, beyond=0.3)
+    assert scaling_matches(
+        np.array([0.1, 0.2]), np.array([0.5, 0.3]), train=0.2, beyond=0.3
+    )
+    assert not scaling_matches(
+        np.array([0.1, 0.2]), np.array([0.5, 0.3]), train=0.15, beyond=0.3
+    )
 
 
 def test_bad_logit_scale_inputs_are_rejected():
@@ -254,9 +321,14 @@ def test_bad_logit_scale_inputs_are_rejected():
 def test_gain_is_raw_minus_averaged_tv_per_seed(run):
     gain = run.gain("beyond")
     assert gain.shape == (2,)
-    np.testing.assert_allclose(gain, run.mean_tv("raw", "beyond") - run.mean_tv("ema", "beyond"))
+    np.testing.assert_allclose(
+        gain, run.mean_tv("raw", "beyond") - run.mean_tv("ema", "beyond")
+    )
     np.testing.assert_allclose(run.gain("train", "raw"), 0.0)  # raw against itself
-    np.testing.assert_allclose(run.gain("train", scale=2.0), run.mean_tv("raw", "train", 2.0) - run.mean_tv("ema", "train", 2.0))
+    np.testing.assert_allclose(
+        run.gain("train", scale=2.0),
+        run.mean_tv("raw", "train", 2.0) - run.mean_tv("ema", "train", 2.0),
+    )
     with pytest.raises(ValueError, match="variant 'bema' is unknown"):
         run.gain("train", "bema")
     with pytest.raises(ValueError, match="unknown lengths 'all'"):
@@ -265,7 +337,11 @@ def test_gain_is_raw_minus_averaged_tv_per_seed(run):
 
 def test_scorecard_claims_from_a_tiny_grid():
     spec = ch6.SPECS["ch6/grid"].with_overrides(
-        grid={"norm": ("none", "attn_out")}, seeds=[0, 1], steps=20, scales=(0.5, 1.0), n_test=100
+        grid={"norm": ("none", "attn_out")},
+        seeds=[0, 1],
+        steps=20,
+        scales=(0.5, 1.0),
+        n_test=100,
     )
     grid = ch6.by_config(run_spec_data(spec, progress=False))
     ema, bema = ch6.ema_claim(grid), ch6.bema_claim(grid)
@@ -273,7 +349,13 @@ def test_scorecard_claims_from_a_tiny_grid():
     assert bema.key == "ch6-score-bema" and "worse than EMA at s <= 4" in bema.number
     gap = {"none": np.array([0.05, 0.04]), "attn_out": np.array([0.06, 0.07])}
     temperature = ch6.temperature_claim([False, False, True], gap, (0.5, 1.0, 2.0), 4)
-    assert temperature.verdict == "partly reproduced" and "2/3 models" in temperature.number
+    assert (
+        temperature.verdict == "partly reproduced"
+        and "2/3 models" in temperature.number
+    )
     importance = {"tv_beyond": {"norm": 0.5, "ema": 0.1, "dropout": 0.01}}
     search = ch6.search_claim(importance, (-0.02, -0.03, -0.01), -0.0001, 16, 2, 400, 4)
-    assert search.verdict == "partly reproduced" and "dropout slope +0.00 TV per unit rate" in search.number
+    assert (
+        search.verdict == "partly reproduced"
+        and "dropout slope +0.00 TV per unit rate" in search.number
+    )

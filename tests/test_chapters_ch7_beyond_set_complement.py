@@ -21,8 +21,12 @@ from lengthgen_lite.runs.scorecard import VERDICTS
 
 @pytest.fixture(scope="module")
 def tiny():
-    """The chapter's spec on 2 seeds, 3 steps, 40 test sequences: every configuration."""
-    return run(ch7.SPECS["ch7/placements"].with_overrides(seeds=[0, 1], steps=3, n_test=40), progress=False)
+    """The chapter's spec on 2 seeds, 3 steps, 40 test sequences: every
+    configuration."""
+    return run(
+        ch7.SPECS["ch7/placements"].with_overrides(seeds=[0, 1], steps=3, n_test=40),
+        progress=False,
+    )
 
 
 def test_every_task_has_a_setup_with_test_lengths_past_training():
@@ -37,39 +41,66 @@ def test_the_spec_is_the_chapters_table():
     assert len(configs) == 4 * (2 + 2 + 1 + 1)  # placements x (task, target kind)
     for config in configs:
         setup = task_setup(config.task)
-        assert (config.d_model, config.steps, config.batch) == (setup.d_model, setup.steps, 64)
+        assert (config.d_model, config.steps, config.batch) == (
+            setup.d_model,
+            setup.steps,
+            64,
+        )
         got = config.setup()
-        assert (got.train_length, got.test_length) == (setup.train_length, setup.test_length)
+        assert (got.train_length, got.test_length) == (
+            setup.train_length,
+            setup.test_length,
+        )
         assert config.train_config().warmup == 50
 
 
 def test_results_shapes_on_a_tiny_run(tiny):
-    game = tiny.curves("tv", task="tictactoe", targets="sampled", norm="attn_out", variant="ema")
-    assert game.shape == (2, 16) and tiny.curves("tv", task="anbn", targets="soft", norm="none").shape == (2, 48)
-    share = tiny.curves("share_single", task="tictactoe", targets="soft", norm="none")[0]
+    game = tiny.curves(
+        "tv", task="tictactoe", targets="sampled", norm="attn_out", variant="ema"
+    )
+    assert game.shape == (2, 16) and tiny.curves(
+        "tv", task="anbn", targets="soft", norm="none"
+    ).shape == (2, 48)
+    share = tiny.curves("share_single", task="tictactoe", targets="soft", norm="none")[
+        0
+    ]
     assert share[0] == 0 and share[-1] == 1  # board full: END only
     assert set(CURVE_FIELDS) <= set(tiny.metrics)
-    assert tiny.result(task="tictactoe", targets="soft", norm="pre").loss.shape == (3, 2)
+    assert tiny.result(task="tictactoe", targets="soft", norm="pre").loss.shape == (
+        3,
+        2,
+    )
 
 
 def test_readers_and_scorecard(tiny):
     values = ch7.per_seed(tiny, "tv_beyond", "anbn", "soft", "post", "ema")
-    np.testing.assert_allclose(values, tiny.curves("tv", task="anbn", targets="soft", norm="post", variant="ema")[:, 16:].mean(1))
+    np.testing.assert_allclose(
+        values,
+        tiny.curves("tv", task="anbn", targets="soft", norm="post", variant="ema")[
+            :, 16:
+        ].mean(1),
+    )
     assert set(ch7.curves(tiny, "tictactoe", "soft", "tv")) == set(PLACEMENTS)
     gains = ch7.ema_gains(tiny)
     assert len(gains) == 2 * 2 * 4 and gains["anbn", "sampled", "pre"].shape == (2,)
     claims = ch7.scorecard(tiny)
-    assert [c.key for c in claims] == ["ch7-score-game", "ch7-score-game-ema", "ch7-score-languages"]
+    assert [c.key for c in claims] == [
+        "ch7-score-game",
+        "ch7-score-game-ema",
+        "ch7-score-languages",
+    ]
     assert all(c.verdict in VERDICTS for c in claims) and "2 seeds" in claims[0].number
     assert ch7.tv_text(tiny, "anbn", "soft").startswith("none ")
 
 
 def test_evaluation_of_a_perfect_predictor_is_zero():
-    """Logits that are 0 on legal and -inf-like on illegal outputs give TV 0 and invalid mass 0."""
+    """Logits that are 0 on legal and -inf-like on illegal outputs give TV 0 and invalid
+    mass 0."""
     setup = task_setup("norepeat")
     batch = make_test_batch(setup, n_sequences=20)
 
-    class Oracle(Transformer):  # a Transformer whose output is replaced by the exact target
+    # a Transformer whose output is replaced by the exact target
+    class Oracle(Transformer):
         def forward(self, tokens):
             super().forward(tokens)  # records the attention pattern
             return torch.where(batch.targets > 0, 0.0, -1e4)
@@ -87,7 +118,11 @@ def test_predictions_and_full_length_example():
     index = full_length_example(batch)
     assert batch.loss_mask[index].all()
     seed_everything(0)
-    model = Transformer(ModelConfig(vocab_size=setup.task.vocab_size, n_outputs=setup.task.n_outputs, d_model=8))
+    model = Transformer(
+        ModelConfig(
+            vocab_size=setup.task.vocab_size, n_outputs=setup.task.n_outputs, d_model=8
+        )
+    )
     probs = predictions([model, model], batch.inputs[index])
     assert probs.shape == (2, 16, 17)
     np.testing.assert_allclose(probs.sum(-1), 1.0, rtol=1e-5)

@@ -1,4 +1,5 @@
-"""tests/check_pdf.py, the check `make test` runs on make pdf's output, on small inputs."""
+"""tests/check_pdf.py, the check `make test` runs on make pdf's output, on small
+inputs."""
 
 import pathlib
 import sys
@@ -11,21 +12,32 @@ import check_pdf  # noqa: E402
 
 
 def test_normalise_unfolds_ligatures_and_badge_spacing():
-    assert check_pdf.normalise("ﬁts  a\nlong\tline , 5 reproduced ,") == "fits a long line, 5 reproduced,"
+    assert (
+        check_pdf.normalise("ﬁts  a\nlong\tline , 5 reproduced ,")
+        == "fits a long line, 5 reproduced,"
+    )
 
 
 def test_the_pages_are_the_toc_in_order():
     pages = check_pdf.toc_pages(ROOT)
     assert pages[0] == "book/intro" and pages[1] == "book/scorecard"
-    assert "notebooks/02_attention_dispersion" in pages and len(pages) == len(set(pages))
+    assert "notebooks/02_attention_dispersion" in pages and len(pages) == len(
+        set(pages)
+    )
 
 
 def test_read_html_book(tmp_path):
-    page = ('<html><body><img src="logo.png"><article class="bd-article"><h1>A  title<a class="headerlink" '
-            'href="#a">#</a></h1><p class="verdict-summary"><strong>2 claims: </strong>2 <span>reproduced</span></p>'
-            '<img src="a.png"><div><img src="b.png"></div></article></body></html>')
+    page = (
+        '<html><body><img src="logo.png"><article class="bd-article"><h1>A  '
+        'title<a class="headerlink" '
+        'href="#a">#</a></h1><p class="verdict-summary"><strong>2 claims: '
+        "</strong>2 <span>reproduced</span></p>"
+        '<img src="a.png"><div><img src="b.png"></div></article></body></html>'
+    )
     (tmp_path / "p.html").write_text(page)
-    (tmp_path / "q.html").write_text('<article class="bd-article"><h1>Other</h1></article>')
+    (tmp_path / "q.html").write_text(
+        '<article class="bd-article"><h1>Other</h1></article>'
+    )
     book = check_pdf.read_html_book(tmp_path, ["p", "q"])
     assert book.titles == ["A title", "Other"]
     assert book.summary == "2 claims: 2 reproduced"
@@ -34,10 +46,20 @@ def test_read_html_book(tmp_path):
 
 def test_image_count_looks_inside_forms():
     image = DictionaryObject({NameObject("/Subtype"): NameObject("/Image")})
-    form = DictionaryObject({
-        NameObject("/Subtype"): NameObject("/Form"),
-        NameObject("/Resources"): DictionaryObject({NameObject("/XObject"): DictionaryObject({NameObject("/I"): image})}),
-    })
-    resources = DictionaryObject({NameObject("/XObject"): DictionaryObject({NameObject("/A"): image, NameObject("/F"): form})})
+    form = DictionaryObject(
+        {
+            NameObject("/Subtype"): NameObject("/Form"),
+            NameObject("/Resources"): DictionaryObject(
+                {NameObject("/XObject"): DictionaryObject({NameObject("/I"): image})}
+            ),
+        }
+    )
+    resources = DictionaryObject(
+        {
+            NameObject("/XObject"): DictionaryObject(
+                {NameObject("/A"): image, NameObject("/F"): form}
+            )
+        }
+    )
     assert check_pdf.image_count(resources) == 2
     assert check_pdf.image_count(None) == 0

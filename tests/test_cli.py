@@ -9,7 +9,6 @@ import pytest
 from lengthgen_lite import cli
 from lengthgen_lite.cli import discover, main, parse_seeds, resolve
 from lengthgen_lite.runs import Results
-
 from tiny_experiment import tiny_spec
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
@@ -17,7 +16,8 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 
 @pytest.fixture
 def tiny(monkeypatch):
-    """The command line with one more experiment, tiny/placements, beside the chapters'."""
+    """The command line with one more experiment, tiny/placements, beside the
+    chapters'."""
     specs = discover() | {"tiny/placements": tiny_spec()}
     monkeypatch.setattr(cli, "discover", lambda: specs)
     return specs
@@ -31,7 +31,8 @@ def test_every_chapter_with_experiments_is_discovered():
     specs = discover()
     assert {name.split("/")[0] for name in specs} == {"ch1", "ch5", "ch6", "ch7"}
     assert all(spec.name == name for name, spec in specs.items())
-    assert resolve("ch5", specs) is specs["ch5/placements"]  # a chapter runs its first spec
+    # a chapter runs its first spec
+    assert resolve("ch5", specs) is specs["ch5/placements"]
     assert resolve("ch5/dropout", specs) is specs["ch5/dropout"]
 
 
@@ -46,10 +47,26 @@ def test_list_and_show(capsys):
 
 def test_run_with_overrides(tiny, tmp_path):
     out = tmp_path / "sub" / "results.json"
-    assert main(["run", "tiny", "--seeds", "3", "--steps", "4", "--out", str(out), "--no-progress"]) == 0
+    assert (
+        main(
+            [
+                "run",
+                "tiny",
+                "--seeds",
+                "3",
+                "--steps",
+                "4",
+                "--out",
+                str(out),
+                "--no-progress",
+            ]
+        )
+        == 0
+    )
     results = Results.load(out)
     assert results.spec.seeds == (0, 1, 2) and {c.steps for c in results.configs} == {4}
-    assert results.configs[0].train_config().warmup == 2  # warm-up capped at half the steps
+    # warm-up capped at half the steps
+    assert results.configs[0].train_config().warmup == 2
     assert results.values("tv_beyond", norm="none").shape == (3,)
     assert results.provenance["command"].startswith("lengthgen-lite run tiny --seeds 3")
 
@@ -68,7 +85,9 @@ BAD_ARGS = [
 ]
 
 
-@pytest.mark.parametrize("extra, expected", BAD_ARGS, ids=[" ".join(a) for a, _ in BAD_ARGS])
+@pytest.mark.parametrize(
+    "extra, expected", BAD_ARGS, ids=[" ".join(a) for a, _ in BAD_ARGS]
+)
 def test_bad_input_exits_2_with_the_message(tiny, tmp_path, capsys, extra, expected):
     out = tmp_path / "results.json"
     with pytest.raises(SystemExit) as info:
@@ -82,7 +101,10 @@ def test_bad_input_exits_2_with_the_message(tiny, tmp_path, capsys, extra, expec
 
 def test_bad_names_exit_2(tmp_path, tiny, capsys):
     cases = [
-        (["run", "ch9"], "no experiment named 'ch9'; allowed: a chapter ['ch1', 'ch5', 'ch6', 'ch7'"),
+        (
+            ["run", "ch9"],
+            "no experiment named 'ch9'; allowed: a chapter ['ch1', 'ch5', 'ch6', 'ch7'",
+        ),
         (["show", "ch5/dropin"], "'ch5/dropout'"),
         (["run", "tiny", "--out", str(tmp_path)], "is a directory"),
         (["run"], "the following arguments are required: NAME"),
@@ -104,10 +126,13 @@ def test_ray_backend_without_ray_exits_2(tiny, monkeypatch, capsys):
 
 
 def test_module_entry_point_in_a_subprocess():
-    # python -m lengthgen_lite: bad input is an argparse error, exit code 2, message on stderr
+    # python -m lengthgen_lite: bad input is an argparse error, exit code 2, message on
+    # stderr
     done = subprocess.run(
         [sys.executable, "-m", "lengthgen_lite", "run", "ch7", "--steps", "0"],
-        capture_output=True, text=True, cwd=ROOT,
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
     )
     assert done.returncode == 2
     assert "lengthgen-lite: error: steps must be an integer >= 1, got 0" in done.stderr

@@ -18,7 +18,6 @@ from lengthgen_lite.core.model import ModelConfig
 from lengthgen_lite.core.tasks import SetComplement
 from lengthgen_lite.core.training import TrainConfig, train
 
-
 TASK = SetComplement(v=8, train_length=3)
 MODEL = ModelConfig(vocab_size=8, d_model=16, norm="attn_out")
 SHORT = TrainConfig(steps=40, warmup=5, batch=16, lr=1e-2, targets="sampled")
@@ -62,13 +61,16 @@ def test_ema_decay_follows_its_warm_up_rule():
     assert ema_decay(0, 0.99) == pytest.approx(0.1)
     assert ema_decay(1, 0.99) == pytest.approx(2 / 11)
     assert ema_decay(10_000, 0.99) == 0.99
-    assert ema_decay(1000, 0.999) == pytest.approx(1001 / 1010)  # the warm-up still binds at 1000 steps
+    # the warm-up still binds at 1000 steps
+    assert ema_decay(1000, 0.999) == pytest.approx(1001 / 1010)
 
 
 @pytest.mark.parametrize("beta", [0.9, 0.99])
 def test_ema_matches_the_formula_on_a_toy_sequence(beta):
     theta = toy_trajectory()
-    torch.testing.assert_close(average_trajectory(make_ema(beta), theta), reference_ema(theta, beta))
+    torch.testing.assert_close(
+        average_trajectory(make_ema(beta), theta), reference_ema(theta, beta)
+    )
 
 
 @pytest.mark.parametrize("tau,phi", [(0, 1), (0, 3), (5, 1), (4, 2)])
@@ -83,11 +85,16 @@ def test_bema_first_step_and_special_cases():
     beta1, alpha1 = bema_coefficients(1, 0.5, 0.2, 10.0, 1.0)
     assert (beta1, alpha1) == pytest.approx((11**-0.5, 11**-0.2))
     first = average_trajectory(make_bema(), theta)[1]
-    expected = (1 - beta1) * theta[0] + beta1 * theta[1] + alpha1 * (theta[1] - theta[0])
+    expected = (
+        (1 - beta1) * theta[0] + beta1 * theta[1] + alpha1 * (theta[1] - theta[0])
+    )
     torch.testing.assert_close(first, expected)
-    # kappa = 0 makes beta_t = 1 (no memory): BEMA = theta_t + alpha_t (theta_t - theta_0)
+    # kappa = 0 makes beta_t = 1 (no memory): BEMA = theta_t + alpha_t (theta_t -
+    # theta_0)
     no_memory = average_trajectory(make_bema(kappa=0.0, eta=0.2), theta)
-    torch.testing.assert_close(no_memory[2], theta[2] + 12**-0.2 * (theta[2] - theta[0]))
+    torch.testing.assert_close(
+        no_memory[2], theta[2] + 12**-0.2 * (theta[2] - theta[0])
+    )
 
 
 def test_averages_reduce_noise_around_a_constant():
@@ -112,7 +119,9 @@ def test_averagers_copy_and_never_modify_their_input():
 
 def test_training_with_averagers_gives_identical_raw_weights():
     averagers = {"ema": make_ema(0.9), "bema": make_bema(phi=2)}
-    watched = train(MODEL, TASK, SHORT, seeds=[0, 1], averagers=averagers, progress=False)
+    watched = train(
+        MODEL, TASK, SHORT, seeds=[0, 1], averagers=averagers, progress=False
+    )
     plain = train(MODEL, TASK, SHORT, seeds=[0, 1], progress=False)
     np.testing.assert_array_equal(watched.loss, plain.loss)
     for a, b in zip(watched.models, plain.models):

@@ -8,7 +8,8 @@ from lengthgen_lite.core.seeding import make_generator
 
 
 def brute_force_winner(board, n, k):
-    """Scan every cell and direction by hand: the reference for the vectorised win check."""
+    """Scan every cell and direction by hand: the reference for the vectorised win
+    check."""
     grid = [[int(board[r * n + c]) for c in range(n)] for r in range(n)]
     for r, c in itertools.product(range(n), repeat=2):
         for dr, dc in ((0, 1), (1, 0), (1, 1), (1, -1)):
@@ -32,11 +33,13 @@ def brute_force_legal(moves, n, k):
 def test_winning_lines_count():
     assert winning_lines(3, 3).shape == (8, 9)  # 3 rows, 3 columns, 2 diagonals
     assert winning_lines(4, 4).shape == (10, 16)
-    assert winning_lines(4, 3).shape == (24, 16)  # 8 + 8 horizontal/vertical, 4 + 4 diagonal
+    # 8 + 8 horizontal/vertical, 4 + 4 diagonal
+    assert winning_lines(4, 3).shape == (24, 16)
     assert (winning_lines(4, 3).sum(-1) == 3).all()
 
 
-# Hand-written positions on a 3 x 3 board (cells 0..8 row by row), first player moves on even turns.
+# Hand-written positions on a 3 x 3 board (cells 0..8 row by row), first player moves on
+# even turns.
 HAND = [
     ([], set(range(9))),
     ([4], set(range(9)) - {4}),
@@ -58,9 +61,18 @@ def test_legal_moves_on_hand_written_positions(moves, legal):
 def test_generated_targets_match_the_brute_force_rules(n, k):
     game = TicTacToe(n=n, k=k, train_length=2)
     batch = game.sample_train_batch(200, n * n, make_generator(0))
-    assert batch.inputs.shape == (200, n * n) and batch.targets.shape == (200, n * n, n * n + 1)
+    assert batch.inputs.shape == (200, n * n) and batch.targets.shape == (
+        200,
+        n * n,
+        n * n + 1,
+    )
     torch.testing.assert_close(batch.targets.sum(-1), torch.ones(200, n * n))
-    for moves, inputs, targets, mask in zip(game.moves_of(batch.inputs, batch.loss_mask), batch.inputs, batch.targets, batch.loss_mask):
+    for moves, inputs, targets, mask in zip(
+        game.moves_of(batch.inputs, batch.loss_mask),
+        batch.inputs,
+        batch.targets,
+        batch.loss_mask,
+    ):
         assert len(set(moves)) == len(moves)  # legal play: no cell twice
         assert (inputs[~mask] == game.pad).all() and mask[: len(moves)].all()
         for t in range(len(moves)):
@@ -75,7 +87,9 @@ def test_batched_sampling_equals_one_generator_at_a_time():
     game = TicTacToe()
     both = game.sample_train_batches(8, 6, [make_generator(1), make_generator(2)])
     one = game.sample_train_batch(8, 6, make_generator(2))
-    assert torch.equal(both.inputs[1], one.inputs) and torch.equal(both.targets[1], one.targets)
+    assert torch.equal(both.inputs[1], one.inputs) and torch.equal(
+        both.targets[1], one.targets
+    )
 
 
 def test_first_moves_are_uniform_over_the_board():
@@ -90,7 +104,10 @@ def test_first_moves_are_uniform_over_the_board():
     [
         (dict(n=1), "n must be an integer between 2 and 8"),
         (dict(n=3, k=4), "k must be an integer between 2 and 3"),
-        (dict(n=3, k=3, train_length=10), "train_length must be an integer between 1 and 9"),
+        (
+            dict(n=3, k=3, train_length=10),
+            "train_length must be an integer between 1 and 9",
+        ),
         (dict(n=3.0), "n must be an integer"),
     ],
 )

@@ -9,14 +9,18 @@ from lengthgen_lite.core import metrics
 def test_total_variation_bounds():
     p = torch.tensor([0.5, 0.5, 0.0])
     assert metrics.total_variation(p, p).item() == 0.0
-    assert metrics.total_variation(p, torch.tensor([0.0, 0.0, 1.0])).item() == pytest.approx(1.0)
+    assert metrics.total_variation(
+        p, torch.tensor([0.0, 0.0, 1.0])
+    ).item() == pytest.approx(1.0)
 
 
 def test_invalid_mass_and_gap():
     logits = torch.tensor([[2.0, 0.0, 1.0, 3.0]])
     seen = torch.tensor([[False, True, True, False]])
     probs = logits.softmax(-1)
-    assert metrics.invalid_mass(probs, seen).item() == pytest.approx(probs[0, 1:3].sum().item())
+    assert metrics.invalid_mass(probs, seen).item() == pytest.approx(
+        probs[0, 1:3].sum().item()
+    )
     assert metrics.logit_gap(logits, seen).item() == pytest.approx(2.0 - 1.0)
 
 
@@ -24,7 +28,9 @@ def test_kl_zero_at_target_and_ignores_zero_mass():
     target = torch.tensor([0.0, 0.5, 0.5])
     logits = torch.tensor([-1e4, 0.0, 0.0])
     assert metrics.kl_divergence(target, logits).item() == pytest.approx(0.0, abs=1e-6)
-    assert metrics.kl_divergence(target, torch.zeros(3)).item() == pytest.approx(math.log(3 / 2))
+    assert metrics.kl_divergence(target, torch.zeros(3)).item() == pytest.approx(
+        math.log(3 / 2)
+    )
 
 
 def test_attention_statistics_on_uniform_and_one_hot_rows():
@@ -46,6 +52,8 @@ def test_top1_legal_counts_only_the_argmax():
     logits = torch.tensor([[3.0, 0.0, 1.0, 2.0], [0.0, 5.0, 1.0, 2.0]])
     seen = torch.tensor([[False, True, True, False], [False, True, True, False]])
     # row 0: argmax token 0 is unseen (legal); row 1: argmax token 1 is seen (illegal)
-    torch.testing.assert_close(metrics.top1_legal(logits, seen), torch.tensor([1.0, 0.0]))
+    torch.testing.assert_close(
+        metrics.top1_legal(logits, seen), torch.tensor([1.0, 0.0])
+    )
     with pytest.raises(ValueError, match="same shape"):
         metrics.top1_legal(logits, seen[:, :3])

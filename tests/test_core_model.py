@@ -15,7 +15,6 @@ from lengthgen_lite.core.model import (
 )
 from lengthgen_lite.core.seeding import seed_everything
 
-
 ALWAYS = {
     "hook_embed",
     "blocks.0.hook_resid_pre",
@@ -36,7 +35,10 @@ EXTRA = {  # every norm has hook_scale (its divisor) and hook_normalized
         "ln_final.hook_normalized",
     },
     "post": {"blocks.0.ln1.hook_scale", "blocks.0.ln1.hook_normalized"},
-    "attn_out": {"blocks.0.ln_attn_out.hook_scale", "blocks.0.ln_attn_out.hook_normalized"},
+    "attn_out": {
+        "blocks.0.ln_attn_out.hook_scale",
+        "blocks.0.ln_attn_out.hook_normalized",
+    },
 }
 
 
@@ -51,9 +53,20 @@ def test_hook_names_per_placement(norm):
 
 
 def test_hook_names_with_mlp_positions_and_two_layers():
-    cfg = ModelConfig(vocab_size=8, d_model=16, n_layers=2, d_mlp=32, norm="post", positional="learned")
+    cfg = ModelConfig(
+        vocab_size=8,
+        d_model=16,
+        n_layers=2,
+        d_mlp=32,
+        norm="post",
+        positional="learned",
+    )
     names = set(hook_names(Transformer(cfg)))
-    assert {"hook_pos_embed", "blocks.1.hook_mlp_out", "blocks.1.ln2.hook_normalized"} <= names
+    assert {
+        "hook_pos_embed",
+        "blocks.1.hook_mlp_out",
+        "blocks.1.ln2.hook_normalized",
+    } <= names
 
 
 def test_shapes_of_logits_and_cache():
@@ -63,7 +76,9 @@ def test_shapes_of_logits_and_cache():
     assert cache["blocks.0.attn.hook_pattern"].shape == (3, 2, 5, 5)
     assert cache["blocks.0.attn.hook_z"].shape == (3, 5, 2, 4)
     assert cache["blocks.0.hook_attn_out"].shape == (3, 5, 16)
-    torch.testing.assert_close(cache["blocks.0.attn.hook_pattern"].sum(-1), torch.ones(3, 2, 5))
+    torch.testing.assert_close(
+        cache["blocks.0.attn.hook_pattern"].sum(-1), torch.ones(3, 2, 5)
+    )
 
 
 def test_causal_mask_hides_the_future():
@@ -79,16 +94,22 @@ def test_norm_placements_do_what_they_say():
     x = tokens()
     post = Transformer(ModelConfig(vocab_size=8, d_model=16, norm="post"))
     _, cache = run_with_cache(post, x)
-    resid = cache["blocks.0.hook_resid_post"]  # LN with gain 1, bias 0 at init: zero mean, unit variance
+    # LN with gain 1, bias 0 at init: zero mean, unit variance
+    resid = cache["blocks.0.hook_resid_post"]
     torch.testing.assert_close(resid.mean(-1), torch.zeros(3, 5), atol=1e-5, rtol=0)
-    attn_ln = Transformer(ModelConfig(vocab_size=8, d_model=16, norm="attn_out", norm_kind="standardize"))
+    attn_ln = Transformer(
+        ModelConfig(vocab_size=8, d_model=16, norm="attn_out", norm_kind="standardize")
+    )
     _, cache = run_with_cache(attn_ln, x)
     normalized = cache["blocks.0.ln_attn_out.hook_normalized"]
-    torch.testing.assert_close(normalized.var(-1, unbiased=False), torch.ones(3, 5), atol=1e-3, rtol=0)
+    torch.testing.assert_close(
+        normalized.var(-1, unbiased=False), torch.ones(3, 5), atol=1e-3, rtol=0
+    )
     torch.testing.assert_close(
         cache["blocks.0.hook_resid_mid"], cache["blocks.0.hook_resid_pre"] + normalized
     )
-    assert not any("ln_attn_out" in name for name, _ in attn_ln.named_parameters())  # no affine
+    # no affine
+    assert not any("ln_attn_out" in name for name, _ in attn_ln.named_parameters())
 
 
 def test_run_with_cache_removes_hooks_even_on_error():
@@ -102,11 +123,17 @@ def test_run_with_cache_removes_hooks_even_on_error():
 
 def test_run_with_cache_unknown_name():
     with pytest.raises(ValueError, match="unknown activation"):
-        run_with_cache(Transformer(ModelConfig(vocab_size=8, d_model=16)), tokens(), names=["blocks.0.attn.hook_nope"])
+        run_with_cache(
+            Transformer(ModelConfig(vocab_size=8, d_model=16)),
+            tokens(),
+            names=["blocks.0.attn.hook_nope"],
+        )
 
 
 def test_forward_embeddings_checks_width_and_max_len():
-    model = Transformer(ModelConfig(vocab_size=8, d_model=16, positional="learned", max_len=4))
+    model = Transformer(
+        ModelConfig(vocab_size=8, d_model=16, positional="learned", max_len=4)
+    )
     with pytest.raises(ValueError, match="d_model=16"):
         model.forward_embeddings(torch.zeros(1, 3, 8))
     with pytest.raises(ValueError, match="max_len"):
@@ -133,16 +160,26 @@ def test_bad_configs_raise(kwargs, message):
 
 
 def test_last_query_attention_equals_the_last_row_of_full_attention():
-    # queries="last" (chapter 4): only the last position attends and goes on; same numbers there.
+    # queries="last" (chapter 4): only the last position attends and goes on; same
+    # numbers there.
     torch.manual_seed(0)
     for causal in (True, False):
-        cfg = ModelConfig(vocab_size=8, d_model=16, n_heads=2, d_mlp=32, norm="attn_out", causal=causal)
+        cfg = ModelConfig(
+            vocab_size=8,
+            d_model=16,
+            n_heads=2,
+            d_mlp=32,
+            norm="attn_out",
+            causal=causal,
+        )
         full = Transformer(cfg).eval()
         last = Transformer(ModelConfig(**{**cfg.__dict__, "queries": "last"})).eval()
         last.load_state_dict(full.state_dict())
         x = tokens()
         torch.testing.assert_close(last(x), full(x)[:, -1:])
-        _, cache = run_with_cache(last, x, names=["blocks.0.attn.hook_pattern", "blocks.0.hook_resid_post"])
+        _, cache = run_with_cache(
+            last, x, names=["blocks.0.attn.hook_pattern", "blocks.0.hook_resid_post"]
+        )
         assert cache["blocks.0.attn.hook_pattern"].shape == (3, 2, 1, 5)
         assert cache["blocks.0.hook_resid_post"].shape == (3, 1, 16)
 
@@ -152,14 +189,16 @@ def test_unknown_queries_value_raises():
         ModelConfig(vocab_size=8, queries="first")
 
 
-# --- the placements, declared once --------------------------------------------------------------
+# --- the placements, declared once ----------------------------------------------------
 
 
 def test_placements_are_the_book_vocabulary_in_order():
     assert PLACEMENTS == ("none", "pre", "pre_final", "post", "attn_out")
     assert tuple(NORM_SITES) == PLACEMENTS
     assert set(EXTRA) == set(PLACEMENTS)
-    assert ModelConfig(vocab_size=8, norm="pre_final").norm_sites == NormSites(pre=True, final=True)
+    assert ModelConfig(vocab_size=8, norm="pre_final").norm_sites == NormSites(
+        pre=True, final=True
+    )
 
 
 def test_norm_sites_reject_pre_and_post_together():
@@ -167,13 +206,15 @@ def test_norm_sites_reject_pre_and_post_together():
         NormSites(pre=True, post=True)
 
 
-# --- hook_scale: the norm's divisor -------------------------------------------------------------
+# --- hook_scale: the norm's divisor ---------------------------------------------------
 
 
 def trained_like(norm, kind="layernorm", seed=0, **kwargs):
     """A model whose norms have non-trivial gains and biases (as after training)."""
     seed_everything(seed)
-    model = Transformer(ModelConfig(vocab_size=8, d_model=16, norm=norm, norm_kind=kind, **kwargs)).eval()
+    model = Transformer(
+        ModelConfig(vocab_size=8, d_model=16, norm=norm, norm_kind=kind, **kwargs)
+    ).eval()
     with torch.no_grad():
         for name, p in model.named_parameters():
             if "layer_norm" in name:
@@ -202,7 +243,8 @@ def test_recording_hook_scale_leaves_every_output_bit_identical(norm, kind):
 
 @pytest.mark.parametrize("kind", ["layernorm", "standardize"])
 def test_returning_the_scale_itself_reproduces_the_norm(kind):
-    # a replacement equal to the true divisor: the unfused path gives layer_norm up to rounding
+    # a replacement equal to the true divisor: the unfused path gives layer_norm up to
+    # rounding
     model = trained_like("attn_out", kind)
     x = tokens()
     copy = {"blocks.0.ln_attn_out.hook_scale": lambda scale, _name: scale.clone()}
@@ -215,7 +257,9 @@ def test_a_frozen_scale_divides_by_the_constant_and_keeps_gain_and_bias():
     ln = model.blocks[0].ln_attn_out.layer_norm
     hooks = {"blocks.0.ln_attn_out.hook_scale": lambda scale, _name: torch.tensor(2.0)}
     _, cache = run_with_cache(model, x, names=["blocks.0.hook_attn_out"], hooks=hooks)
-    logits, frozen = run_with_cache(model, x, names=["blocks.0.ln_attn_out.hook_normalized"], hooks=hooks)
+    logits, frozen = run_with_cache(
+        model, x, names=["blocks.0.ln_attn_out.hook_normalized"], hooks=hooks
+    )
     h = cache["blocks.0.hook_attn_out"]
     expected = (h - h.mean(-1, keepdim=True)) / 2.0 * ln.weight + ln.bias
     torch.testing.assert_close(frozen["blocks.0.ln_attn_out.hook_normalized"], expected)
@@ -227,11 +271,17 @@ def test_training_never_sees_hook_scale_so_it_is_unchanged():
     from lengthgen_lite.core.training import TrainConfig, train
 
     cfg = ModelConfig(vocab_size=8, d_model=16, norm="post")
-    result = train(cfg, SetComplement(v=8, train_length=3), TrainConfig(steps=3, warmup=0, batch=4), [0], progress=False)
+    result = train(
+        cfg,
+        SetComplement(v=8, train_length=3),
+        TrainConfig(steps=3, warmup=0, batch=4),
+        [0],
+        progress=False,
+    )
     assert not any(m._forward_hooks for m in result.models[0].modules())
 
 
-# --- run_with_hooks -----------------------------------------------------------------------------
+# --- run_with_hooks -------------------------------------------------------------------
 
 
 def test_run_with_hooks_passes_activation_and_name_and_replaces():
@@ -254,7 +304,9 @@ def test_run_with_hooks_none_keeps_the_activation_and_restores_training_mode():
     model = trained_like("post")
     model.train()
     x = tokens()
-    logits = run_with_hooks(model, x, {"blocks.0.hook_attn_out": lambda out, name: None})
+    logits = run_with_hooks(
+        model, x, {"blocks.0.hook_attn_out": lambda out, name: None}
+    )
     assert model.training
     assert torch.equal(logits, model.eval()(x))
 
@@ -263,8 +315,12 @@ def test_run_with_hooks_and_cache_together_record_the_replacement():
     model = trained_like("none")
     hooks = {"blocks.0.hook_attn_out": lambda out, _name: 3 * out}
     _, plain = run_with_cache(model, tokens(), names=["blocks.0.hook_attn_out"])
-    _, scaled = run_with_cache(model, tokens(), names=["blocks.0.hook_attn_out"], hooks=hooks)
-    assert scaled["blocks.0.hook_attn_out"].shape == plain["blocks.0.hook_attn_out"].shape
+    _, scaled = run_with_cache(
+        model, tokens(), names=["blocks.0.hook_attn_out"], hooks=hooks
+    )
+    assert (
+        scaled["blocks.0.hook_attn_out"].shape == plain["blocks.0.hook_attn_out"].shape
+    )
 
 
 def test_run_with_hooks_removes_hooks_even_on_error():
@@ -284,7 +340,10 @@ def test_run_with_hooks_removes_hooks_even_on_error():
 @pytest.mark.parametrize(
     "hooks, message",
     [
-        ({"blocks.0.attn.hook_nope": lambda out, name: None}, "unknown activation names.*hook_embed"),
+        (
+            {"blocks.0.attn.hook_nope": lambda out, name: None},
+            "unknown activation names.*hook_embed",
+        ),
         ({"hook_embed": "not a function"}, "must be callable"),
         ({"hook_embed": lambda out, name: 2.0}, "return a Tensor or None"),
     ],
@@ -296,7 +355,7 @@ def test_run_with_hooks_bad_input_raises(hooks, message):
     assert not any(m._forward_hooks for m in model.modules())
 
 
-# --- init_model ---------------------------------------------------------------------------------
+# --- init_model -----------------------------------------------------------------------
 
 
 def test_init_model_is_the_start_train_uses():
@@ -309,13 +368,21 @@ def test_init_model_is_the_start_train_uses():
     replayed = Transformer(cfg).state_dict()
     for name, weight in init_model(cfg, 3).state_dict().items():
         assert torch.equal(weight, replayed[name])
-    # one step at lr 0 leaves the weights at their start: train starts seed k from init_model(cfg, k)
-    result = train(cfg, SetComplement(v=8, train_length=3), TrainConfig(steps=1, warmup=1, lr=1e-30), [3, 5],
-                   progress=False)
+    # one step at lr 0 leaves the weights at their start: train starts seed k from
+    # init_model(cfg, k)
+    result = train(
+        cfg,
+        SetComplement(v=8, train_length=3),
+        TrainConfig(steps=1, warmup=1, lr=1e-30),
+        [3, 5],
+        progress=False,
+    )
     start = init_model(cfg, 5).state_dict()
     for name, weight in result.models[1].state_dict().items():
         torch.testing.assert_close(weight, start[name], atol=1e-6, rtol=0)
-    assert not torch.equal(init_model(cfg, 4).embed.weight, init_model(cfg, 5).embed.weight)
+    assert not torch.equal(
+        init_model(cfg, 4).embed.weight, init_model(cfg, 5).embed.weight
+    )
 
 
 @pytest.mark.parametrize("seed", [-1, 1.5, True, "0"])

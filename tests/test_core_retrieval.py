@@ -3,7 +3,12 @@
 import pytest
 import torch
 
-from lengthgen_lite.core.model import ModelConfig, hook_names, init_model, run_with_cache
+from lengthgen_lite.core.model import (
+    ModelConfig,
+    hook_names,
+    init_model,
+    run_with_cache,
+)
 from lengthgen_lite.core.retrieval import (
     NO_TOKEN,
     RETRIEVAL_COLUMNS,
@@ -19,16 +24,26 @@ NORMED = "blocks.0.ln_attn_out.hook_normalized"
 
 
 def test_columns():
-    assert RETRIEVAL_COLUMNS == ("priority", "first token", "second token") and NO_TOKEN == -1
+    assert (
+        RETRIEVAL_COLUMNS == ("priority", "first token", "second token")
+        and NO_TOKEN == -1
+    )
 
 
 def test_argmax_format_and_answer():
     task = ArgmaxRetrieval(n_classes=5)
     batch = task.sample_train_batch(64, 7, make_generator(0))
-    assert batch.inputs.shape == (64, 8, 3) and batch.targets.shape == (64, 1, 5) and batch.loss_mask.shape == (64, 1)
+    assert (
+        batch.inputs.shape == (64, 8, 3)
+        and batch.targets.shape == (64, 1, 5)
+        and batch.loss_mask.shape == (64, 1)
+    )
     items, query = batch.inputs[:, :-1], batch.inputs[:, -1]
-    assert ((items[..., 0] > 0) & (items[..., 0] < 1)).all()  # continuous priorities in (0, 1)
-    assert (items[..., 2] == NO_TOKEN).all() and (query == torch.tensor([0.0, 5.0, NO_TOKEN])).all()
+    # continuous priorities in (0, 1)
+    assert ((items[..., 0] > 0) & (items[..., 0] < 1)).all()
+    assert (items[..., 2] == NO_TOKEN).all() and (
+        query == torch.tensor([0.0, 5.0, NO_TOKEN])
+    ).all()
     best = task.target_item(batch.inputs)
     labels = items[torch.arange(64), best, 1].long()
     assert (labels == batch.targets[:, 0].argmax(-1)).all()
@@ -38,11 +53,14 @@ def test_argmax_format_and_answer():
 
 def test_dictionary_format_answer_and_distinct_keys():
     task = DictionaryLookup(n_keys=40, n_values=3, max_train_size=10)
-    batch = task.sample_train_batch(32, 40, make_generator(1))  # N = n_keys: every key present
+    # N = n_keys: every key present
+    batch = task.sample_train_batch(32, 40, make_generator(1))
     items, query = batch.inputs[:, :-1], batch.inputs[:, -1]
     keys = items[..., 1].long()
     assert (keys.sort(-1).values == torch.arange(40)).all()  # distinct keys
-    assert ((items[..., 2] >= 40) & (items[..., 2] < 43)).all() and (query[:, 1] == 43).all()
+    assert ((items[..., 2] >= 40) & (items[..., 2] < 43)).all() and (
+        query[:, 1] == 43
+    ).all()
     which = task.target_item(batch.inputs)
     assert (keys[torch.arange(32), which] == query[:, 2].long()).all()
     value = items[torch.arange(32), which, 2].long() - 40
@@ -74,11 +92,20 @@ def test_tasks_are_order_invariant_in_their_answer():
     [
         (lambda: ArgmaxRetrieval(n_classes=0), "n_classes must be an int >= 2"),
         (lambda: ArgmaxRetrieval(n_classes=1), "n_classes must be an int >= 2"),
-        (lambda: ArgmaxRetrieval(min_train_size=0), "min_train_size must be an integer >= 1"),
-        (lambda: ArgmaxRetrieval(min_train_size=5, max_train_size=4), "exceeds max_train_size"),
+        (
+            lambda: ArgmaxRetrieval(min_train_size=0),
+            "min_train_size must be an integer >= 1",
+        ),
+        (
+            lambda: ArgmaxRetrieval(min_train_size=5, max_train_size=4),
+            "exceeds max_train_size",
+        ),
         (lambda: DictionaryLookup(n_values=0), "n_values must be an int >= 2"),
         (lambda: DictionaryLookup(n_keys=0), "n_keys must be an integer >= 1"),
-        (lambda: DictionaryLookup(n_keys=8, max_train_size=16), "exceeds the 8 distinct keys"),
+        (
+            lambda: DictionaryLookup(n_keys=8, max_train_size=16),
+            "exceeds the 8 distinct keys",
+        ),
     ],
 )
 def test_bad_configurations_raise(make, message):
@@ -89,16 +116,52 @@ def test_bad_configurations_raise(make, message):
 @pytest.mark.parametrize(
     "call, message",
     [
-        (lambda: DictionaryLookup(n_keys=8, max_train_size=4).sample_train_batch(2, 9, make_generator(0)), "1..n_keys=8"),
-        (lambda: DictionaryLookup(n_keys=8, max_train_size=4).sample_train_batch(2, 0, make_generator(0)), "1..n_keys=8"),
-        (lambda: DictionaryLookup().sample_train_batch(0, 4, make_generator(0)), "batch must be"),
-        (lambda: DictionaryLookup().sample_train_batches(2, 4, []), "at least one torch.Generator"),
-        (lambda: ArgmaxRetrieval().sample_train_batch(2, 0, make_generator(0)), "size must be"),
-        (lambda: ArgmaxRetrieval().sample_train_batch(0, 3, make_generator(0)), "batch must be"),
-        (lambda: ArgmaxRetrieval().sample_train_batches(2, 3, []), "at least one torch.Generator"),
-        (lambda: ArgmaxRetrieval().target_item(torch.zeros(2, 4, 2)), "packed retrieval inputs"),
-        (lambda: DictionaryLookup().target_item(torch.zeros(2, 1, 3)), "packed retrieval inputs"),
-        (lambda: DictionaryLookup().target_item(torch.zeros(2, 4, 3, dtype=torch.long)), "packed retrieval inputs"),
+        (
+            lambda: DictionaryLookup(n_keys=8, max_train_size=4).sample_train_batch(
+                2, 9, make_generator(0)
+            ),
+            "1..n_keys=8",
+        ),
+        (
+            lambda: DictionaryLookup(n_keys=8, max_train_size=4).sample_train_batch(
+                2, 0, make_generator(0)
+            ),
+            "1..n_keys=8",
+        ),
+        (
+            lambda: DictionaryLookup().sample_train_batch(0, 4, make_generator(0)),
+            "batch must be",
+        ),
+        (
+            lambda: DictionaryLookup().sample_train_batches(2, 4, []),
+            "at least one torch.Generator",
+        ),
+        (
+            lambda: ArgmaxRetrieval().sample_train_batch(2, 0, make_generator(0)),
+            "size must be",
+        ),
+        (
+            lambda: ArgmaxRetrieval().sample_train_batch(0, 3, make_generator(0)),
+            "batch must be",
+        ),
+        (
+            lambda: ArgmaxRetrieval().sample_train_batches(2, 3, []),
+            "at least one torch.Generator",
+        ),
+        (
+            lambda: ArgmaxRetrieval().target_item(torch.zeros(2, 4, 2)),
+            "packed retrieval inputs",
+        ),
+        (
+            lambda: DictionaryLookup().target_item(torch.zeros(2, 1, 3)),
+            "packed retrieval inputs",
+        ),
+        (
+            lambda: DictionaryLookup().target_item(
+                torch.zeros(2, 4, 3, dtype=torch.long)
+            ),
+            "packed retrieval inputs",
+        ),
     ],
 )
 def test_bad_calls_raise(call, message):
@@ -119,7 +182,13 @@ def small(task, variant):
 def test_config_per_variant():
     assert retrieval_config(ARGMAX, "baseline").norm == "none"
     cfg = retrieval_config(DICT, "standardize")
-    assert (cfg.norm, cfg.norm_kind, cfg.queries, cfg.causal, cfg.positional) == ("attn_out", "standardize", "last", False, "none")
+    assert (cfg.norm, cfg.norm_kind, cfg.queries, cfg.causal, cfg.positional) == (
+        "attn_out",
+        "standardize",
+        "last",
+        False,
+        "none",
+    )
     assert cfg.vocab_size == DICT.vocab_size and cfg.n_outputs == 4
     with pytest.raises(ValueError, match="variant='rmsnorm' is unknown"):
         retrieval_config(DICT, "rmsnorm")
@@ -132,7 +201,8 @@ def test_logits_at_the_query_and_transformerlens_names(variant):
     batch = DICT.sample_train_batch(5, 6, make_generator(0))
     logits, cache = run_with_cache(model, batch.inputs)
     assert logits.shape == (5, 1, 4)
-    assert cache["blocks.0.attn.hook_pattern"].shape == (5, 2, 1, 7)  # the query row over N + 1 keys
+    # the query row over N + 1 keys
+    assert cache["blocks.0.attn.hook_pattern"].shape == (5, 2, 1, 7)
     assert cache[ATTN_OUT].shape == (5, 1, 16)
     assert (NORMED in hook_names(model)) == (variant == "layernorm")
 
@@ -141,14 +211,18 @@ def test_the_model_sees_a_set_order_does_not_matter():
     seed_everything(1)
     model = RetrievalTransformer(small(ARGMAX, "layernorm")).eval()
     inputs = ARGMAX.sample_train_batch(4, 6, make_generator(1)).inputs
-    shuffled = torch.cat([inputs[:, torch.tensor([5, 3, 1, 0, 2, 4])], inputs[:, -1:]], dim=1)
+    shuffled = torch.cat(
+        [inputs[:, torch.tensor([5, 3, 1, 0, 2, 4])], inputs[:, -1:]], dim=1
+    )
     torch.testing.assert_close(model(inputs), model(shuffled))
 
 
 def test_query_only_attention_matches_full_attention_at_the_query():
     seed_everything(2)
     last = RetrievalTransformer(small(DICT, "layernorm")).eval()
-    full = RetrievalTransformer(ModelConfig(**{**small(DICT, "layernorm").__dict__, "queries": "all"})).eval()
+    full = RetrievalTransformer(
+        ModelConfig(**{**small(DICT, "layernorm").__dict__, "queries": "all"})
+    ).eval()
     full.load_state_dict(last.state_dict())
     inputs = DICT.sample_train_batch(4, 6, make_generator(2)).inputs
     torch.testing.assert_close(last(inputs), full(inputs))
@@ -175,11 +249,12 @@ def test_retrieval_model_rejects_unpacked_inputs():
 def test_the_norms_add_no_random_parameters_so_a_seed_starts_every_variant_alike():
     models = {}
     for variant in ("baseline", "layernorm", "standardize"):
-        models[variant] = init_model(small(ARGMAX, variant), 1, RetrievalTransformer).state_dict()
+        models[variant] = init_model(
+            small(ARGMAX, variant), 1, RetrievalTransformer
+        ).state_dict()
     for name, weight in models["baseline"].items():
         torch.testing.assert_close(models["layernorm"][name], weight)
         torch.testing.assert_close(models["standardize"][name], weight)
-
 
 
 def test_init_model_builds_the_retrieval_model():

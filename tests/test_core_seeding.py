@@ -2,7 +2,13 @@ import numpy as np
 import pytest
 import torch
 
-from lengthgen_lite.core.seeding import SEED_OFFSET_VARIABLE, make_generator, numpy_generator, seed_everything, seed_offset
+from lengthgen_lite.core.seeding import (
+    SEED_OFFSET_VARIABLE,
+    make_generator,
+    numpy_generator,
+    seed_everything,
+    seed_offset,
+)
 
 
 def test_seed_everything_repeats_and_pins_one_thread():
@@ -16,7 +22,10 @@ def test_seed_everything_repeats_and_pins_one_thread():
 def test_generators_are_independent_streams():
     a, b = make_generator(5), make_generator(5)
     assert torch.equal(torch.rand(3, generator=a), torch.rand(3, generator=b))
-    assert not torch.equal(torch.rand(3, generator=make_generator(6)), torch.rand(3, generator=make_generator(5)))
+    assert not torch.equal(
+        torch.rand(3, generator=make_generator(6)),
+        torch.rand(3, generator=make_generator(5)),
+    )
 
 
 @pytest.mark.parametrize("bad", [-1, 1.5, "0"])
@@ -36,7 +45,8 @@ def test_the_offset_moves_every_seed(monkeypatch):
     moved_global = torch.rand(3)
     assert not torch.equal(moved, base) and not np.array_equal(moved_numpy, base_numpy)
     monkeypatch.delenv(SEED_OFFSET_VARIABLE)
-    assert torch.equal(moved, torch.rand(3, generator=make_generator(1005)))  # seed 5 became 1005
+    # seed 5 became 1005
+    assert torch.equal(moved, torch.rand(3, generator=make_generator(1005)))
     assert np.array_equal(moved_numpy, numpy_generator(1005).random(3))
     seed_everything(1005)
     assert torch.equal(moved_global, torch.rand(3))

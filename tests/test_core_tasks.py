@@ -26,7 +26,9 @@ def test_target_is_uniform_on_unseen_tokens():
     targets = target_distribution(torch.tensor([[0, 2, 4]]), v=5)
     assert targets.shape == (1, 3, 5)
     torch.testing.assert_close(targets[0, 2], torch.tensor([0.0, 0.5, 0.0, 0.5, 0.0]))
-    torch.testing.assert_close(targets[0, 0], torch.tensor([0.0, 0.25, 0.25, 0.25, 0.25]))
+    torch.testing.assert_close(
+        targets[0, 0], torch.tensor([0.0, 0.25, 0.25, 0.25, 0.25])
+    )
 
 
 def test_target_properties_on_random_batch():
@@ -35,7 +37,9 @@ def test_target_properties_on_random_batch():
     torch.testing.assert_close(targets.sum(-1), torch.ones(64, 15))
     assert (targets[seen] == 0).all()
     s = torch.arange(1, 16)
-    torch.testing.assert_close(targets.amax(-1), (1.0 / (16 - s)).expand(64, 15).float())
+    torch.testing.assert_close(
+        targets.amax(-1), (1.0 / (16 - s)).expand(64, 15).float()
+    )
 
 
 def test_repeated_tokens_are_rejected():

@@ -5,8 +5,12 @@ import torch
 from lengthgen_lite.core.model import PLACEMENTS, ModelConfig
 from lengthgen_lite.core.seeding import make_generator
 from lengthgen_lite.core.tasks import Batch, SetComplement
-from lengthgen_lite.core.training import TrainConfig, _param_groups, _sample_batches, train
-
+from lengthgen_lite.core.training import (
+    TrainConfig,
+    _param_groups,
+    _sample_batches,
+    train,
+)
 
 TASK = SetComplement(v=8, train_length=3)
 MODEL = ModelConfig(vocab_size=8, d_model=16)
@@ -21,7 +25,8 @@ def test_loss_falls_towards_the_entropy_floor():
     result = train(MODEL, TASK, SHORT, seeds=[0, 1], progress=False)
     assert result.loss.shape == (60, 2)
     assert (result.loss[-5:].mean(0) < result.loss[:5].mean(0)).all()
-    assert (result.loss[-5:].mean(0) > entropy_floor() - 1e-4).all()  # cross-entropy >= H(p*)
+    # cross-entropy >= H(p*)
+    assert (result.loss[-5:].mean(0) > entropy_floor() - 1e-4).all()
     assert len(result.models) == 2 and not result.models[0].training
 
 
@@ -34,7 +39,13 @@ def test_runs_are_deterministic_and_seeds_differ():
 
 def test_sampled_targets_give_noisier_loss():
     soft = train(MODEL, TASK, SHORT, seeds=[0], progress=False).loss[:, 0]
-    sampled = train(MODEL, TASK, TrainConfig(**{**SHORT.__dict__, "targets": "sampled"}), seeds=[0], progress=False).loss[:, 0]
+    sampled = train(
+        MODEL,
+        TASK,
+        TrainConfig(**{**SHORT.__dict__, "targets": "sampled"}),
+        seeds=[0],
+        progress=False,
+    ).loss[:, 0]
     assert np.diff(sampled).std() > np.diff(soft).std()
 
 
@@ -53,23 +64,40 @@ class CountingAverager:
 
 
 def test_averagers_see_every_step_and_do_not_change_training():
-    watched = train(MODEL, TASK, SHORT, seeds=[0], averagers={"last": CountingAverager}, progress=False)
+    watched = train(
+        MODEL,
+        TASK,
+        SHORT,
+        seeds=[0],
+        averagers={"last": CountingAverager},
+        progress=False,
+    )
     plain = train(MODEL, TASK, SHORT, seeds=[0], progress=False)
     np.testing.assert_array_equal(watched.loss, plain.loss)
-    for (name, p), q in zip(watched.averaged["last"][0].state_dict().items(), plain.models[0].state_dict().values()):
+    for (name, p), q in zip(
+        watched.averaged["last"][0].state_dict().items(),
+        plain.models[0].state_dict().values(),
+    ):
         torch.testing.assert_close(p, q, msg=name)
 
 
 def test_weight_decay_rule_matrices_only():
-    from lengthgen_lite.core.model import Transformer
     from torch.func import stack_module_state
+
+    from lengthgen_lite.core.model import Transformer
 
     template = Transformer(ModelConfig(vocab_size=8, d_model=16, norm="post", d_mlp=8))
     params, _ = stack_module_state([template])
     decay, no_decay = _param_groups(template, params, 0.1)
     shapes = {n: p.dim() for n, p in template.named_parameters()}
-    assert len(decay["params"]) == sum(d >= 2 for d in shapes.values()) and decay["weight_decay"] == 0.1
-    assert len(no_decay["params"]) == sum(d < 2 for d in shapes.values()) and no_decay["weight_decay"] == 0.0
+    assert (
+        len(decay["params"]) == sum(d >= 2 for d in shapes.values())
+        and decay["weight_decay"] == 0.1
+    )
+    assert (
+        len(no_decay["params"]) == sum(d < 2 for d in shapes.values())
+        and no_decay["weight_decay"] == 0.0
+    )
 
 
 def test_lr_schedule():
@@ -120,38 +148,57 @@ SEEDS = [0, 1, 2]
 def test_batched_equals_sequential(model_kwargs, targets):
     """Each seed trained inside a batch of K follows the trajectory it follows alone.
 
-    Only float rounding may differ (a [K, ...] batched matmul can block its sums differently from a
-    single one). Dropout is left out: under ``vmap(randomness="different")`` the K masks are drawn
-    in one call from the global generator, whose state also depends on which other seeds were
-    initialised, so a seed's masks in a batch are not the masks it would draw alone.
+    Only float rounding may differ (a [K, ...] batched matmul can block its sums
+    differently from a single one). Dropout is left out: under
+    ``vmap(randomness="different")`` the K masks are drawn in one call from the global
+    generator, whose state also depends on which other seeds were initialised, so a
+    seed's masks in a batch are not the masks it would draw alone.
     """
     model_cfg = ModelConfig(vocab_size=8, d_model=16, **model_kwargs)
     cfg = TrainConfig(steps=40, warmup=5, batch=32, lr=1e-2, targets=targets)
     batched = train(model_cfg, TASK, cfg, seeds=SEEDS, progress=False)
     for k, seed in enumerate(SEEDS):
         alone = train(model_cfg, TASK, cfg, seeds=[seed], progress=False)
-        np.testing.assert_allclose(batched.loss[:, k], alone.loss[:, 0], rtol=1e-4, atol=1e-5)
-        for (name, p), q in zip(batched.models[k].state_dict().items(), alone.models[0].state_dict().values()):
+        np.testing.assert_allclose(
+            batched.loss[:, k], alone.loss[:, 0], rtol=1e-4, atol=1e-5
+        )
+        for (name, p), q in zip(
+            batched.models[k].state_dict().items(),
+            alone.models[0].state_dict().values(),
+        ):
             torch.testing.assert_close(p, q, rtol=1e-4, atol=1e-5, msg=name)
-    assert not np.allclose(batched.loss[:, 0], batched.loss[:, 1])  # the seeds really differ
+    # the seeds really differ
+    assert not np.allclose(batched.loss[:, 0], batched.loss[:, 1])
 
 
 def test_dropout_runs_are_reproducible():
-    """Not equal to the per-seed runs (see above), but the same call gives the same result."""
-    model_cfg = ModelConfig(vocab_size=8, d_model=16, attn_dropout=0.2, resid_dropout=0.2)
+    """Not equal to the per-seed runs (see above), but the same call gives the same
+    result."""
+    model_cfg = ModelConfig(
+        vocab_size=8, d_model=16, attn_dropout=0.2, resid_dropout=0.2
+    )
     cfg = TrainConfig(steps=20, warmup=5, batch=32)
     a = train(model_cfg, TASK, cfg, seeds=SEEDS, progress=False)
     b = train(model_cfg, TASK, cfg, seeds=SEEDS, progress=False)
     np.testing.assert_array_equal(a.loss, b.loss)
-    no_dropout = train(ModelConfig(vocab_size=8, d_model=16), TASK, cfg, seeds=SEEDS, progress=False)
+    no_dropout = train(
+        ModelConfig(vocab_size=8, d_model=16), TASK, cfg, seeds=SEEDS, progress=False
+    )
     assert not np.allclose(a.loss, no_dropout.loss)  # dropout is active during training
 
 
 @pytest.mark.parametrize("size", [1, 3, 7])
 def test_vectorised_sampler_draws_what_each_seed_draws(size):
     task = SetComplement(v=8, train_length=3)
-    stacked = task.sample_train_batches(64, size, [make_generator(s) for s in (5, 6, 7)])
-    assert stacked.inputs.shape == (3, 64, size) and stacked.targets.shape == (3, 64, size, 8)
+    stacked = task.sample_train_batches(
+        64, size, [make_generator(s) for s in (5, 6, 7)]
+    )
+    assert stacked.inputs.shape == (3, 64, size) and stacked.targets.shape == (
+        3,
+        64,
+        size,
+        8,
+    )
     for k, seed in enumerate((5, 6, 7)):
         alone = task.sample_train_batch(64, size, make_generator(seed))
         torch.testing.assert_close(stacked.inputs[k], alone.inputs, rtol=0, atol=0)
@@ -160,7 +207,8 @@ def test_vectorised_sampler_draws_what_each_seed_draws(size):
 
 
 class PerSeedOnly:
-    """A task with only the required per-seed sampler: the loop must fall back to stacking."""
+    """A task with only the required per-seed sampler: the loop must fall back to
+    stacking."""
 
     n_outputs = 8
 
@@ -175,7 +223,9 @@ class PerSeedOnly:
 
 
 def test_fallback_stacking_matches_vectorised_path():
-    fallback = _sample_batches(PerSeedOnly(), 16, 3, [make_generator(s) for s in (0, 1)])
+    fallback = _sample_batches(
+        PerSeedOnly(), 16, 3, [make_generator(s) for s in (0, 1)]
+    )
     vectorised = _sample_batches(TASK, 16, 3, [make_generator(s) for s in (0, 1)])
     assert isinstance(fallback, Batch)
     for name in ("inputs", "targets", "loss_mask"):
@@ -203,25 +253,40 @@ def test_vectorised_sampler_rejects_bad_input(batch, size, generators, message):
         TASK.sample_train_batches(batch, size, generators)
 
 
-# --- The fast path (chunked data, token tables, broadcast attention products, torch.compile) ------
+# --- The fast path (chunked data, token tables, broadcast products, torch.compile) ---
 
 from dataclasses import replace  # noqa: E402
 
+from lengthgen_lite.core.averaging import make_ema  # noqa: E402
 from lengthgen_lite.core.evaluation import evaluate_set_complement  # noqa: E402
 from lengthgen_lite.core.games import TicTacToe  # noqa: E402
 from lengthgen_lite.core.languages import make_language  # noqa: E402
 from lengthgen_lite.core.model import Transformer  # noqa: E402
-from lengthgen_lite.core.retrieval import ArgmaxRetrieval, RetrievalTransformer, retrieval_config  # noqa: E402
+from lengthgen_lite.core.retrieval import (  # noqa: E402
+    ArgmaxRetrieval,
+    RetrievalTransformer,
+    retrieval_config,
+)
 from lengthgen_lite.core.tasks import sample_next_tokens  # noqa: E402
-from lengthgen_lite.core.training import CHUNK, _chunked_batches, _reference_batches, plan_path  # noqa: E402
-from lengthgen_lite.core.averaging import make_ema  # noqa: E402
+from lengthgen_lite.core.training import (  # noqa: E402
+    CHUNK,
+    _chunked_batches,
+    _reference_batches,
+    plan_path,
+)
 
 
 def assert_same_training(a, b, v):
-    """Equal losses to 1e-5 relative, equal TV per length (core.evaluation) and equal EMA weights."""
+    """Equal losses to 1e-5 relative, equal TV per length (core.evaluation) and equal
+    EMA weights."""
     np.testing.assert_allclose(a.loss, b.loss, rtol=1e-5, atol=0)
     for ma, mb in zip(a.models, b.models):
-        np.testing.assert_allclose(evaluate_set_complement(ma, v).tv, evaluate_set_complement(mb, v).tv, rtol=1e-4, atol=1e-6)
+        np.testing.assert_allclose(
+            evaluate_set_complement(ma, v).tv,
+            evaluate_set_complement(mb, v).tv,
+            rtol=1e-4,
+            atol=1e-6,
+        )
     for name in a.averaged:
         for ma, mb in zip(a.averaged[name], b.averaged[name]):
             for (key, p), q in zip(ma.state_dict().items(), mb.state_dict().values()):
@@ -236,29 +301,59 @@ def assert_same_training(a, b, v):
         (dict(norm="pre_final", d_mlp=16, n_heads=2, n_layers=2), "soft"),
         (dict(norm="post"), "sampled"),
         (dict(norm="attn_out", norm_kind="standardize"), "sampled"),
-        (dict(norm="attn_out", attn_dropout=0.1, resid_dropout=0.1), "sampled"),  # same masks: same ops, same order
-        (dict(norm="none", positional="learned"), "soft"),  # no token tables, the rest applies
+        # same masks: same ops, same order
+        (dict(norm="attn_out", attn_dropout=0.1, resid_dropout=0.1), "sampled"),
+        # no token tables, the rest applies
+        (dict(norm="none", positional="learned"), "soft"),
     ],
 )
 def test_fast_path_trains_what_the_reference_path_trains(model_kwargs, targets):
     model_cfg = ModelConfig(vocab_size=8, d_model=16, **model_kwargs)
-    cfg = TrainConfig(steps=CHUNK + 7, warmup=5, batch=32, lr=1e-2, targets=targets)  # a partial last chunk
+    # a partial last chunk
+    cfg = TrainConfig(steps=CHUNK + 7, warmup=5, batch=32, lr=1e-2, targets=targets)
     runs = {
-        path: train(model_cfg, TASK, replace(cfg, path=path), seeds=SEEDS, averagers={"ema": make_ema(0.9)}, progress=False)
+        path: train(
+            model_cfg,
+            TASK,
+            replace(cfg, path=path),
+            seeds=SEEDS,
+            averagers={"ema": make_ema(0.9)},
+            progress=False,
+        )
         for path in ("reference", "fast")
     }
     assert_same_training(runs["reference"], runs["fast"], TASK.v)
-    again = train(model_cfg, TASK, replace(cfg, path="fast"), seeds=SEEDS, averagers={"ema": make_ema(0.9)}, progress=False)
-    np.testing.assert_array_equal(again.loss, runs["fast"].loss)  # bit-identical across repeats
+    again = train(
+        model_cfg,
+        TASK,
+        replace(cfg, path="fast"),
+        seeds=SEEDS,
+        averagers={"ema": make_ema(0.9)},
+        progress=False,
+    )
+    # bit-identical across repeats
+    np.testing.assert_array_equal(again.loss, runs["fast"].loss)
 
 
-# torch's own warnings while compiling: inductor imports a TorchScript class, dynamo peeks at .grad
-@pytest.mark.filterwarnings("ignore:`torch.jit.script_method` is deprecated:DeprecationWarning")
-@pytest.mark.filterwarnings("ignore:The .grad attribute of a Tensor that is not a leaf Tensor:UserWarning")
+# torch's own warnings while compiling: inductor imports a TorchScript class, dynamo
+# peeks at .grad
+@pytest.mark.filterwarnings(
+    "ignore:`torch.jit.script_method` is deprecated:DeprecationWarning"
+)
+@pytest.mark.filterwarnings(
+    "ignore:The .grad attribute of a Tensor that is not a leaf Tensor:UserWarning"
+)
 def test_compiled_path_trains_what_the_reference_path_trains():
     model_cfg = ModelConfig(vocab_size=8, d_model=16, norm="post")
-    cfg = TrainConfig(steps=30, warmup=5, batch=32, lr=1e-2, targets="sampled", schedule="cosine")
-    runs = {path: train(model_cfg, TASK, replace(cfg, path=path), seeds=SEEDS, progress=False) for path in ("reference", "compiled")}
+    cfg = TrainConfig(
+        steps=30, warmup=5, batch=32, lr=1e-2, targets="sampled", schedule="cosine"
+    )
+    runs = {
+        path: train(
+            model_cfg, TASK, replace(cfg, path=path), seeds=SEEDS, progress=False
+        )
+        for path in ("reference", "compiled")
+    }
     assert_same_training(runs["reference"], runs["compiled"], TASK.v)
 
 
@@ -274,7 +369,13 @@ def test_compiled_path_trains_what_the_reference_path_trains():
 def test_chunked_batches_are_the_reference_batches(task, targets):
     cfg = TrainConfig(steps=2 * CHUNK + 3, warmup=0, batch=8, targets=targets)
     streams = lambda: [make_generator(s) for s in (3, 5)]  # noqa: E731
-    for step, (a, b) in enumerate(zip(_reference_batches(task, cfg, streams()), _chunked_batches(task, cfg, streams()), strict=True)):
+    for step, (a, b) in enumerate(
+        zip(
+            _reference_batches(task, cfg, streams()),
+            _chunked_batches(task, cfg, streams()),
+            strict=True,
+        )
+    ):
         for name in ("inputs", "targets", "loss_mask"):
             assert torch.equal(getattr(a, name), getattr(b, name)), (step, name)
 
@@ -283,17 +384,24 @@ def test_sample_next_tokens_is_torch_multinomial():
     targets = TASK.sample_train_batch(64, 3, make_generator(0)).targets
     for seed in range(5):
         a, b = make_generator(seed), make_generator(seed)
-        expected = torch.multinomial(targets.reshape(-1, 8), 1, generator=a).reshape(targets.shape[:-1])
+        expected = torch.multinomial(targets.reshape(-1, 8), 1, generator=a).reshape(
+            targets.shape[:-1]
+        )
         assert torch.equal(sample_next_tokens(targets, b), expected)
-        assert torch.equal(torch.rand(4, generator=a), torch.rand(4, generator=b))  # same draws consumed
+        # same draws consumed
+        assert torch.equal(torch.rand(4, generator=a), torch.rand(4, generator=b))
 
 
 @pytest.mark.parametrize("norm", PLACEMENTS)
 def test_fast_forward_is_the_same_function(norm):
-    model = Transformer(ModelConfig(vocab_size=8, d_model=16, n_heads=2, n_layers=2, d_mlp=8, norm=norm))
+    model = Transformer(
+        ModelConfig(vocab_size=8, d_model=16, n_heads=2, n_layers=2, d_mlp=8, norm=norm)
+    )
     tokens = TASK.sample_train_batch(16, 5, make_generator(0)).inputs
     for tables, broadcast in ((True, False), (False, True), (True, True)):
-        torch.testing.assert_close(model(tokens, tables, broadcast), model(tokens), rtol=1e-5, atol=1e-6)
+        torch.testing.assert_close(
+            model(tokens, tables, broadcast), model(tokens), rtol=1e-5, atol=1e-6
+        )
 
 
 def test_tables_need_a_model_without_positions():
@@ -306,26 +414,65 @@ def test_tables_need_a_model_without_positions():
     "model_class, task, model_kwargs, path, expected",
     [
         (Transformer, TASK, {}, "auto", "chunked_data + fast_model + token_tables"),
-        (Transformer, TASK, {}, "compiled", "chunked_data + fast_model + token_tables + compiled"),
-        (Transformer, TASK, {"positional": "learned"}, "fast", "chunked_data + fast_model"),
-        (Transformer, TASK, {"resid_dropout": 0.1}, "auto", "chunked_data + fast_model + token_tables"),
+        (
+            Transformer,
+            TASK,
+            {},
+            "compiled",
+            "chunked_data + fast_model + token_tables + compiled",
+        ),
+        (
+            Transformer,
+            TASK,
+            {"positional": "learned"},
+            "fast",
+            "chunked_data + fast_model",
+        ),
+        (
+            Transformer,
+            TASK,
+            {"resid_dropout": 0.1},
+            "auto",
+            "chunked_data + fast_model + token_tables",
+        ),
         (Transformer, PerSeedOnly(), {}, "fast", "fast_model + token_tables"),
         (RetrievalTransformer, ArgmaxRetrieval(), None, "auto", "reference"),
         (Transformer, TASK, {}, "reference", "reference"),
     ],
 )
-def test_plan_path_falls_back_where_a_part_cannot_apply(model_class, task, model_kwargs, path, expected):
-    model_cfg = retrieval_config(task, "baseline") if model_kwargs is None else ModelConfig(vocab_size=8, d_model=16, **model_kwargs)
-    assert plan_path(model_cfg, task, TrainConfig(steps=10, warmup=0, path=path), 3, model_class).label == expected
+def test_plan_path_falls_back_where_a_part_cannot_apply(
+    model_class, task, model_kwargs, path, expected
+):
+    model_cfg = (
+        retrieval_config(task, "baseline")
+        if model_kwargs is None
+        else ModelConfig(vocab_size=8, d_model=16, **model_kwargs)
+    )
+    assert (
+        plan_path(
+            model_cfg, task, TrainConfig(steps=10, warmup=0, path=path), 3, model_class
+        ).label
+        == expected
+    )
 
 
 def test_auto_compiles_only_long_trainings():
     long = TrainConfig(steps=10_000, warmup=0, path="auto")
-    assert plan_path(MODEL, TASK, long, 5).compiled and not plan_path(MODEL, TASK, replace(long, steps=100), 5).compiled
+    assert (
+        plan_path(MODEL, TASK, long, 5).compiled
+        and not plan_path(MODEL, TASK, replace(long, steps=100), 5).compiled
+    )
 
 
 def test_compiled_path_rejects_what_it_cannot_compile():
-    with pytest.raises(ValueError, match="path='compiled' needs one training size and no dropout"):
-        plan_path(replace(MODEL, attn_dropout=0.1), TASK, TrainConfig(steps=10, warmup=0, path="compiled"), 3)
+    with pytest.raises(
+        ValueError, match="path='compiled' needs one training size and no dropout"
+    ):
+        plan_path(
+            replace(MODEL, attn_dropout=0.1),
+            TASK,
+            TrainConfig(steps=10, warmup=0, path="compiled"),
+            3,
+        )
     with pytest.raises(ValueError, match="path='turbo' is unknown"):
         TrainConfig(path="turbo")

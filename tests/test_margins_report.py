@@ -6,7 +6,10 @@ from margins_report import main
 
 def write(folder, run, rows):
     (folder / run).mkdir(parents=True, exist_ok=True)
-    lines = [json.dumps(Margin(key, "s", "every seed", slack, spread, 5, 0).__dict__) for key, slack, spread in rows]
+    lines = [
+        json.dumps(Margin(key, "s", "every seed", slack, spread, 5, 0).__dict__)
+        for key, slack, spread in rows
+    ]
     (folder / run / "01_x.jsonl").write_text("\n".join(lines) + "\n")
 
 

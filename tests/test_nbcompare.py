@@ -1,8 +1,16 @@
-"""The notebook comparison: exact words and integers, decimals within their printed precision."""
+"""The notebook comparison: exact words and integers, decimals within their printed
+precision."""
 
 import pytest
 
-from nbcompare import DEFAULT, Report, Tolerance, compare_cell, compare_notebooks, compare_text
+from nbcompare import (
+    DEFAULT,
+    Report,
+    Tolerance,
+    compare_cell,
+    compare_notebooks,
+    compare_text,
+)
 
 
 def text_report(stored: str, fresh: str, tol: Tolerance = DEFAULT) -> Report:
@@ -12,7 +20,12 @@ def text_report(stored: str, fresh: str, tol: Tolerance = DEFAULT) -> Report:
 
 
 def cell(*outputs, metadata=None, source="x"):
-    return {"cell_type": "code", "source": source, "metadata": metadata or {}, "outputs": list(outputs)}
+    return {
+        "cell_type": "code",
+        "source": source,
+        "metadata": metadata or {},
+        "outputs": list(outputs),
+    }
 
 
 def stream(text, name="stdout"):
@@ -27,7 +40,8 @@ def glued(value, mime="application/papermill.record/text/plain"):
     ("stored", "fresh"),
     [
         ("<td>0.410</td>", "<td>0.411</td>"),  # one unit of the last digit
-        ("0.98", "0.982"),  # round() dropped a trailing zero: the coarser precision counts
+        # round() dropped a trailing zero: the coarser precision counts
+        ("0.98", "0.982"),
         ("TV 6.103 at s=15", "TV 6.104 at s=15"),
         ("gap 1.00e-03", "gap 1.01e-03"),  # 1 % relative
         ("-0.004", "-0.005"),
@@ -78,7 +92,10 @@ def test_a_cell_can_widen_its_tolerance_with_a_reason():
 
 @pytest.mark.parametrize(
     ("override", "message"),
-    [({"rtol": 0.2}, "must say why"), ({"rtoll": 0.2, "why": "typo"}, "unknown nbcompare keys")],
+    [
+        ({"rtol": 0.2}, "must say why"),
+        ({"rtoll": 0.2, "why": "typo"}, "unknown nbcompare keys"),
+    ],
 )
 def test_bad_overrides_raise(override, message):
     with pytest.raises(ValueError, match=message):
@@ -87,13 +104,22 @@ def test_bad_overrides_raise(override, message):
 
 def test_streams_split_differently_compare_equal():
     report = Report()
-    compare_cell(cell(stream("a 1.0\n"), stream("b 2.0\n")), cell(stream("a 1.0\nb 2.0\n")), "c", report)
+    compare_cell(
+        cell(stream("a 1.0\n"), stream("b 2.0\n")),
+        cell(stream("a 1.0\nb 2.0\n")),
+        "c",
+        report,
+    )
     assert report.ok, report.describe()
 
 
 def test_images_and_widget_ids_are_not_compared_but_must_exist():
     png = {"output_type": "display_data", "data": {"image/png": "AAAA"}, "metadata": {}}
-    other_png = {"output_type": "display_data", "data": {"image/png": "BBBB"}, "metadata": {}}
+    other_png = {
+        "output_type": "display_data",
+        "data": {"image/png": "BBBB"},
+        "metadata": {},
+    }
     report = Report()
     compare_cell(cell(png), cell(other_png), "c", report)
     assert report.ok
@@ -104,7 +130,12 @@ def test_images_and_widget_ids_are_not_compared_but_must_exist():
 
 def test_ignored_cell_and_changed_source():
     report = Report()
-    compare_cell(cell(glued("1"), metadata={"tags": ["nbval-ignore-output"]}), cell(glued("2")), "c", report)
+    compare_cell(
+        cell(glued("1"), metadata={"tags": ["nbval-ignore-output"]}),
+        cell(glued("2")),
+        "c",
+        report,
+    )
     assert report.ok
     nb = lambda source: {"cells": [cell(source=source)]}  # noqa: E731
     assert not compare_notebooks(nb("a = 1"), nb("a = 2")).ok

@@ -1,5 +1,5 @@
-"""House rules that a grep can check (CONTRIBUTING.md): where heavy imports may live, and what
-every chapter notebook must contain."""
+"""House rules that a grep can check (CONTRIBUTING.md): where heavy imports may live,
+and what every chapter notebook must contain."""
 
 import ast
 import json
@@ -7,7 +7,6 @@ import pathlib
 import re
 
 import pytest
-
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "lengthgen_lite"
@@ -26,22 +25,34 @@ def imported_modules(path: pathlib.Path) -> set[str]:
     return names
 
 
-@pytest.mark.parametrize("path", sorted(PACKAGE.rglob("*.py")), ids=lambda p: str(p.relative_to(PACKAGE)))
+@pytest.mark.parametrize(
+    "path", sorted(PACKAGE.rglob("*.py")), ids=lambda p: str(p.relative_to(PACKAGE))
+)
 def test_plotting_only_in_viz_and_tqdm_only_in_training(path):
     modules = imported_modules(path)
     if "viz" not in path.relative_to(PACKAGE).parts:
-        assert not modules & PLOTTING, f"{path.name} imports {modules & PLOTTING}; drawing code belongs in viz/"
+        assert not modules & PLOTTING, (
+            f"{path.name} imports {modules & PLOTTING}; drawing code belongs in viz/"
+        )
     if path.relative_to(PACKAGE) != pathlib.Path("core/training.py"):
         assert "tqdm" not in modules, "progress bars belong to the one training loop"
 
 
-@pytest.mark.parametrize("path", sorted(p for p in PACKAGE.rglob("*.py") if "viz" not in p.relative_to(PACKAGE).parts))
+@pytest.mark.parametrize(
+    "path",
+    sorted(
+        p for p in PACKAGE.rglob("*.py") if "viz" not in p.relative_to(PACKAGE).parts
+    ),
+)
 def test_nothing_outside_viz_imports_viz(path):
-    assert not [name for name in package_imports(path) if name.split(".")[0] == "viz"], "nothing imports viz"
+    assert not [
+        name for name in package_imports(path) if name.split(".")[0] == "viz"
+    ], "nothing imports viz"
 
 
 def package_imports(path: pathlib.Path) -> set[str]:
-    """Dotted names, relative to the package, of what ``path`` imports from inside the package."""
+    """Dotted names, relative to the package, of what ``path`` imports from inside the
+    package."""
     parts = path.relative_to(PACKAGE).with_suffix("").parts
     names = set()
     for node in ast.walk(ast.parse(path.read_text())):
@@ -55,11 +66,16 @@ def package_imports(path: pathlib.Path) -> set[str]:
             module = [*base, *(node.module.split(".") if node.module else [])]
             if module[:1] == ["lengthgen_lite"]:
                 module = module[1:]
-            for alias in node.names:  # `from ..chapters import ch1_x` imports the module ch1_x
+            # `from ..chapters import ch1_x` imports the module ch1_x
+            for alias in node.names:
                 is_module = (PACKAGE.joinpath(*module, f"{alias.name}.py")).exists()
                 names.add(".".join([*module, alias.name] if is_module else module))
         elif isinstance(node, ast.Import):
-            names |= {a.name.removeprefix("lengthgen_lite.") for a in node.names if a.name.startswith("lengthgen_lite.")}
+            names |= {
+                a.name.removeprefix("lengthgen_lite.")
+                for a in node.names
+                if a.name.startswith("lengthgen_lite.")
+            }
     return names
 
 
@@ -72,18 +88,26 @@ VIZ_CHAPTER_MODULES = sorted((PACKAGE / "viz").glob("ch*_*.py"))
 
 
 def test_every_chapter_module_and_viz_module_is_checked():
-    assert CHAPTER_MODULES and VIZ_CHAPTER_MODULES  # the rules below would pass vacuously otherwise
-    assert all(re.fullmatch(r"ch\d+_\w+", p.stem) for p in CHAPTER_MODULES + VIZ_CHAPTER_MODULES)
+    # the rules below would pass vacuously otherwise
+    assert CHAPTER_MODULES and VIZ_CHAPTER_MODULES
+    assert all(
+        re.fullmatch(r"ch\d+_\w+", p.stem)
+        for p in CHAPTER_MODULES + VIZ_CHAPTER_MODULES
+    )
 
 
 def _layer(path: pathlib.Path) -> str:
-    return path.relative_to(PACKAGE).parts[0] if len(path.relative_to(PACKAGE).parts) > 1 else path.stem
+    return (
+        path.relative_to(PACKAGE).parts[0]
+        if len(path.relative_to(PACKAGE).parts) > 1
+        else path.stem
+    )
 
 
-# The layers, bottom up: core -> runs -> chapters -> viz. A layer imports only the layers below it
-# (and itself). The command line sits on runs alone: it finds the chapters' SPECS at run time, by
-# module name (cli.discover), so it never imports a chapter statically and a chapter cannot come to
-# depend on it.
+# The layers, bottom up: core -> runs -> chapters -> viz. A layer imports only the
+# layers below it (and itself). The command line sits on runs alone: it finds the
+# chapters' SPECS at run time, by module name (cli.discover), so it never imports a
+# chapter statically and a chapter cannot come to depend on it.
 LAYERS = {
     "core": {"core"},
     "runs": {"core", "runs"},
@@ -95,49 +119,70 @@ LAYERS = {
 
 
 @pytest.mark.parametrize(
-    "path", [p for p in sorted(PACKAGE.rglob("*.py")) if _layer(p) in LAYERS], ids=lambda p: str(p.relative_to(PACKAGE))
+    "path",
+    [p for p in sorted(PACKAGE.rglob("*.py")) if _layer(p) in LAYERS],
+    ids=lambda p: str(p.relative_to(PACKAGE)),
 )
 def test_layering_core_runs_chapters_viz_and_cli_on_runs(path):
     allowed = LAYERS[_layer(path)]
     for name in package_imports(path):
-        assert name.split(".")[0] in allowed, f"{path.relative_to(PACKAGE)} imports {name}; allowed: {sorted(allowed)}"
+        assert name.split(".")[0] in allowed, (
+            f"{path.relative_to(PACKAGE)} imports {name}; allowed: {sorted(allowed)}"
+        )
 
 
 def test_the_layering_rule_covers_the_whole_package():
     top = {_layer(p) for p in PACKAGE.rglob("*.py")} - {"__init__"}
-    assert top <= set(LAYERS), f"modules outside every layer: {sorted(top - set(LAYERS))}"
+    assert top <= set(LAYERS), (
+        f"modules outside every layer: {sorted(top - set(LAYERS))}"
+    )
 
 
 @pytest.mark.parametrize("path", CHAPTER_MODULES, ids=lambda p: p.stem)
 def test_chapters_import_only_core_runs_and_earlier_chapters(path):
     own = chapter_number(path.stem)
     for name in package_imports(path):
-        if name.startswith(("core", "runs")):  # the floors below: core -> runs -> chapters
+        # the floors below: core -> runs -> chapters
+        if name.startswith(("core", "runs")):
             continue
-        assert name.startswith("chapters.ch"), f"{path.stem} imports {name}: chapters build on core and runs"
-        assert chapter_number(name) <= own, f"{path.stem} imports the later chapter {name}"
+        assert name.startswith("chapters.ch"), (
+            f"{path.stem} imports {name}: chapters build on core and runs"
+        )
+        assert chapter_number(name) <= own, (
+            f"{path.stem} imports the later chapter {name}"
+        )
 
 
 @pytest.mark.parametrize("path", VIZ_CHAPTER_MODULES, ids=lambda p: p.stem)
 def test_viz_chapters_import_only_common_core_and_their_own_chapter(path):
     own = chapter_number(path.stem)
     for name in package_imports(path):
-        if name in ("viz.common", "viz.sliders", "viz.style") or name.startswith(("core", "runs")):
+        if name in ("viz.common", "viz.sliders", "viz.style") or name.startswith(
+            ("core", "runs")
+        ):
             continue
         assert name.startswith("chapters.ch") and chapter_number(name) == own, (
-            f"viz/{path.stem} imports {name}: allowed are viz.common/sliders/style, core and chapters.ch{own}_*"
+            f"viz/{path.stem} imports {name}: allowed are "
+            f"viz.common/sliders/style, core and chapters.ch{own}_*"
         )
 
 
 def test_package_never_prints():
-    # the command line is the one exception: `lengthgen-lite list` and `show` print what was asked for
-    printing = [p for p in PACKAGE.rglob("*.py") if re.search(r"^\s*print\(", p.read_text(), re.M)]
+    # the command line is the one exception: `lengthgen-lite list` and `show` print what
+    # was asked for
+    printing = [
+        p
+        for p in PACKAGE.rglob("*.py")
+        if re.search(r"^\s*print\(", p.read_text(), re.M)
+    ]
     assert [p.relative_to(PACKAGE) for p in printing] in ([], [pathlib.Path("cli.py")])
 
 
 def test_chapters_are_numbered_contiguously_from_01():
     numbers = [int(p.stem[:2]) for p in NOTEBOOKS]
-    assert numbers == list(range(1, len(numbers) + 1)), f"chapter numbers {numbers} must run 1, 2, 3, ... with no gap"
+    assert numbers == list(range(1, len(numbers) + 1)), (
+        f"chapter numbers {numbers} must run 1, 2, 3, ... with no gap"
+    )
     assert len(numbers) >= 6  # the book's six chapters at least
 
 
@@ -145,22 +190,35 @@ def test_chapters_are_numbered_contiguously_from_01():
 def test_chapter_skeleton_and_stored_outputs(path):
     nb = json.loads(path.read_text())
     cells = nb["cells"]
-    text = "\n".join("".join(c["source"]) for c in cells if c["cell_type"] == "markdown")
+    text = "\n".join(
+        "".join(c["source"]) for c in cells if c["cell_type"] == "markdown"
+    )
     code = [c for c in cells if c["cell_type"] == "code"]
-    assert re.search(r"^\(ch\d-[\w-]+\)=", "".join(cells[0]["source"]), re.M), "first cell starts with a (chN-...)= label"
+    assert re.search(r"^\(ch\d-[\w-]+\)=", "".join(cells[0]["source"]), re.M), (
+        "first cell starts with a (chN-...)= label"
+    )
     for heading in ("What you will learn", "Summary", "Exercises"):
         assert heading in text, f"missing section {heading!r}"
-    assert "lengthgen_lite" in "".join(code[0]["source"]), "the first code cell imports the package"
-    assert "seed_everything" in "".join(code[0]["source"]), "the first code cell seeds everything"
-    assert all(c.get("execution_count") for c in code), "stored outputs come from a full execution"
+    assert "lengthgen_lite" in "".join(code[0]["source"]), (
+        "the first code cell imports the package"
+    )
+    assert "seed_everything" in "".join(code[0]["source"]), (
+        "the first code cell seeds everything"
+    )
+    assert all(c.get("execution_count") for c in code), (
+        "stored outputs come from a full execution"
+    )
     source = "\n".join("".join(c["source"]) for c in code)
-    assert not re.search(r"class \w+\((nn\.)?Module\)", source), "notebooks import models, never define them"
+    assert not re.search(r"class \w+\((nn\.)?Module\)", source), (
+        "notebooks import models, never define them"
+    )
     assert "assert " in source, "key claims are asserted in code"
     assert re.search(r"\bglue(_round)?\(", source), "numbers in prose are glued"
 
 
 def test_api_page_documents_every_module():
-    """book/api.md lists every module of the package, so a new module cannot be left out."""
+    """book/api.md lists every module of the package, so a new module cannot be left
+    out."""
     page = (ROOT / "book" / "api.md").read_text()
     documented = set(re.findall(r"automodule:: (lengthgen_lite[\w.]*)", page))
     modules = {

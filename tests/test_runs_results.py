@@ -5,7 +5,6 @@ import pytest
 
 from lengthgen_lite.runs import Results, run
 from lengthgen_lite.runs.results import PROVENANCE_KEYS
-
 from tiny_experiment import tiny_spec
 
 
@@ -67,7 +66,10 @@ def test_save_load_round_trip_with_provenance(results, tmp_path):
     path = results.save(tmp_path / "results.json")
     loaded = Results.load(path)
     # json.dumps: nan (a length where a metric has no position) compares equal to itself
-    assert json.dumps(loaded.rows) == json.dumps(results.rows) and loaded.spec == results.spec
+    assert (
+        json.dumps(loaded.rows) == json.dumps(results.rows)
+        and loaded.spec == results.spec
+    )
     assert set(PROVENANCE_KEYS) <= set(loaded.provenance)
     prov = loaded.provenance
     assert (

@@ -1,7 +1,7 @@
 import json
+import pathlib
 import subprocess
 import sys
-import pathlib
 
 import numpy as np
 import pytest
@@ -11,7 +11,6 @@ from lengthgen_lite.core.evaluation import evaluate_seeds
 from lengthgen_lite.core.training import train
 from lengthgen_lite.runs import run
 from lengthgen_lite.runs.runner import RAY_ENV, run_configuration
-
 from tiny_experiment import tiny_spec
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
@@ -54,7 +53,8 @@ def test_the_runner_is_the_one_training_loop(tiny_local):
     got = tiny_local.curves("tv", norm="attn_out", variant="ema", scale=2.0)
     np.testing.assert_array_equal(got, np.stack([t.tv for t in tables]))
     direct_rows = run_configuration(spec, 1, progress=False)[0]
-    assert json.dumps(direct_rows) == json.dumps(tiny_local.select(norm="attn_out"))  # nan-safe
+    # nan-safe
+    assert json.dumps(direct_rows) == json.dumps(tiny_local.select(norm="attn_out"))
 
 
 def test_a_sequence_task_is_scored_by_the_registered_evaluation():
@@ -107,16 +107,21 @@ def test_ray_missing_is_a_clear_error(monkeypatch):
 
 
 def test_package_imports_without_ray():
-    code = "import sys; sys.modules['ray'] = None; import lengthgen_lite, lengthgen_lite.runs, lengthgen_lite.cli"
+    code = (
+        "import sys; sys.modules['ray'] = None; import lengthgen_lite, "
+        "lengthgen_lite.runs, lengthgen_lite.cli"
+    )
     subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT)
 
 
 @pytest.fixture(scope="module")
 def ray_cluster():
-    import ray  # pinned in requirements.txt: `make test` has it (an error here, never a skip)
+    # pinned in requirements.txt: `make test` has it (an error here, never a skip)
+    import ray
 
-    # Ray gives its raylet a fixed 30 s to register; beside two notebook kernels, the book build and
-    # a browser on a 2-core machine that once was not enough. A slow start is retried, twice.
+    # Ray gives its raylet a fixed 30 s to register; beside two notebook kernels, the
+    # book build and a browser on a 2-core machine that once was not enough. A slow
+    # start is retried, twice.
     for attempt in range(3):
         try:
             ray.init(

@@ -4,7 +4,6 @@ import pytest
 
 from lengthgen_lite.chapters import ch1_set_complement as ch1
 from lengthgen_lite.runs.spec import CONFIG_FIELDS, Config, Spec
-
 from tiny_experiment import TINY, tiny_spec
 
 

@@ -1,10 +1,11 @@
-"""The replication scorecard (book/scorecard.md) agrees with the chapters' stored outputs.
+"""The replication scorecard (book/scorecard.md) agrees with the chapters' stored
+outputs.
 
-Its verdicts and numbers are glued from the chapters, so they cannot be typed in by hand; this
-checks that every entry exists in its chapter, that verdicts use the six words that have a badge
-(book/_ext/lengthgen_book.py), that every link target exists, that no chapter computes an entry the
-scorecard leaves out, and that the page has its summary of counts, its badge legend and the table
-the badges are put in.
+Its verdicts and numbers are glued from the chapters, so they cannot be typed in by
+hand; this checks that every entry exists in its chapter, that verdicts use the six
+words that have a badge (book/_ext/lengthgen_book.py), that every link target exists,
+that no chapter computes an entry the scorecard leaves out, and that the page has its
+summary of counts, its badge legend and the table the badges are put in.
 """
 
 import ast
@@ -25,7 +26,8 @@ REF = re.compile(r"\{ref\}`[^`<]*<([\w-]+)>`")
 
 
 def stored_glue(notebook: str) -> dict[str, str]:
-    """Every glued value in a stored notebook: key -> its text/plain value (a Python literal)."""
+    """Every glued value in a stored notebook: key -> its text/plain value (a Python
+    literal)."""
     nb = json.loads((ROOT / "notebooks" / notebook).read_text())
     values = {}
     for cell in nb["cells"]:
@@ -38,7 +40,9 @@ def stored_glue(notebook: str) -> dict[str, str]:
 
 def labels(notebook: str) -> set[str]:
     nb = json.loads((ROOT / "notebooks" / notebook).read_text())
-    text = "\n".join("".join(c["source"]) for c in nb["cells"] if c["cell_type"] == "markdown")
+    text = "\n".join(
+        "".join(c["source"]) for c in nb["cells"] if c["cell_type"] == "markdown"
+    )
     return set(re.findall(r"^\(([\w-]+)\)=", text, re.M))
 
 
@@ -47,14 +51,24 @@ NOTEBOOKS = sorted({nb for nb, _ in ENTRIES})
 
 
 def test_every_row_has_a_verdict_a_number_and_a_link():
-    rows = [line for line in PAGE.splitlines() if line.startswith("| ") and "glue:text" in line]
+    rows = [
+        line
+        for line in PAGE.splitlines()
+        if line.startswith("| ") and "glue:text" in line
+    ]
     assert len(rows) >= 20
     for row in rows:
         keys = [key for _, key in GLUE.findall(row)]
-        assert len(keys) == 2 and keys[0].endswith("-verdict") and keys[1].endswith("-number"), row
+        assert (
+            len(keys) == 2
+            and keys[0].endswith("-verdict")
+            and keys[1].endswith("-number")
+        ), row
         claim = keys[0].removesuffix("-verdict")
         assert keys[1] == f"{claim}-number"
-        assert REF.findall(row) == [claim], "the row links to the chapter's evidence for the same claim"
+        assert REF.findall(row) == [claim], (
+            "the row links to the chapter's evidence for the same claim"
+        )
 
 
 @pytest.mark.parametrize("notebook", NOTEBOOKS)
@@ -72,29 +86,58 @@ def test_entries_exist_in_the_chapter_and_verdicts_are_words(notebook):
 
 @pytest.mark.parametrize("notebook", NOTEBOOKS)
 def test_links_point_at_chapter_labels(notebook):
-    targets = {key.removesuffix("-verdict") for nb, key in ENTRIES if nb == notebook and key.endswith("-verdict")}
-    assert targets <= labels(notebook), f"missing labels in {notebook}: {sorted(targets - labels(notebook))}"
+    targets = {
+        key.removesuffix("-verdict")
+        for nb, key in ENTRIES
+        if nb == notebook and key.endswith("-verdict")
+    }
+    assert targets <= labels(notebook), (
+        f"missing labels in {notebook}: {sorted(targets - labels(notebook))}"
+    )
 
 
 def test_no_chapter_entry_is_left_off_the_page():
     on_page = {key for _, key in ENTRIES}
     for path in sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb")):
-        computed = {key for key in stored_glue(path.name) if re.fullmatch(r"ch\d-score-[\w-]+-(verdict|number)", key)}
-        assert computed <= on_page, f"{path.name} computes scorecard entries the page leaves out: {sorted(computed - on_page)}"
+        computed = {
+            key
+            for key in stored_glue(path.name)
+            if re.fullmatch(r"ch\d-score-[\w-]+-(verdict|number)", key)
+        }
+        assert computed <= on_page, (
+            f"{path.name} computes scorecard entries the page leaves out: "
+            f"{sorted(computed - on_page)}"
+        )
 
 
 def test_the_page_reads_at_a_glance():
     title = PAGE.index("# Replication scorecard")
     summary = PAGE.index("```{verdict-summary}\n```")
-    assert summary > title and not PAGE[title:summary].count("\n\n") > 1, "the counts come right under the title"
+    assert summary > title and not PAGE[title:summary].count("\n\n") > 1, (
+        "the counts come right under the title"
+    )
     legend = re.findall(r"\{verdict\}`([^`]+)`", PAGE)
-    assert legend == list(VERDICTS), "the legend shows every verdict's badge, in the summary's order"
+    assert legend == list(VERDICTS), (
+        "the legend shows every verdict's badge, in the summary's order"
+    )
     table = PAGE.index("```{table}\n:class: scorecard\n")
-    assert table < PAGE.index("| claim | source | verdict |") < PAGE.index("\n```", table + 10)
+    assert (
+        table
+        < PAGE.index("| claim | source | verdict |")
+        < PAGE.index("\n```", table + 10)
+    )
 
 
 def test_the_pretrained_model_row_measures_a_llama_family_decoder():
-    """Figure 1 is about Llama; the row is computed from the Llama-family model, not the MiniLM encoder."""
-    (row,) = [line for line in PAGE.splitlines() if line.startswith("| The decay shows in a real pretrained model")]
-    assert [key for _, key in GLUE.findall(row)] == ["ch4-score-llama-verdict", "ch4-score-llama-number"]
+    """Figure 1 is about Llama; the row is computed from the Llama-family model, not the
+    MiniLM encoder."""
+    (row,) = [
+        line
+        for line in PAGE.splitlines()
+        if line.startswith("| The decay shows in a real pretrained model")
+    ]
+    assert [key for _, key in GLUE.findall(row)] == [
+        "ch4-score-llama-verdict",
+        "ch4-score-llama-number",
+    ]
     assert "Llama-family" in row

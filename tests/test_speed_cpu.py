@@ -18,12 +18,20 @@ def test_cpu_model_from_cpuinfo_or_lscpu(monkeypatch):
 
     monkeypatch.setattr(pathlib.Path, "read_text", no_cpuinfo)
     lscpu = "Architecture: x86_64\nModel name:   Some CPU 9000\nCPU(s): 2\n"
-    monkeypatch.setattr(subprocess, "run", lambda *a, **k: subprocess.CompletedProcess(a, 0, stdout=lscpu))
+    monkeypatch.setattr(
+        subprocess,
+        "run",
+        lambda *a, **k: subprocess.CompletedProcess(a, 0, stdout=lscpu),
+    )
     assert speed.cpu_model() == "Some CPU 9000"
 
 
 def test_cpu_model_is_none_when_nothing_names_it(monkeypatch):
-    monkeypatch.setattr(pathlib.Path, "read_text", lambda path, *a, **k: "processor : 0\nBogoMIPS : 50.0\n")
+    monkeypatch.setattr(
+        pathlib.Path,
+        "read_text",
+        lambda path, *a, **k: "processor : 0\nBogoMIPS : 50.0\n",
+    )
 
     def no_lscpu(*args, **kwargs):
         raise OSError("no lscpu")

@@ -2,11 +2,13 @@ import matplotlib
 
 matplotlib.use("Agg")
 
-import numpy as np  # noqa: E402
-import pytest  # noqa: E402
+import numpy as np
+import pytest
 
-from lengthgen_lite.viz.ch1_set_complement import plot_distribution_bars, plot_training_loss  # noqa: E402
-
+from lengthgen_lite.viz.ch1_set_complement import (
+    plot_distribution_bars,
+    plot_training_loss,
+)
 
 
 def test_distribution_bars_show_target_prediction_and_seen_tokens():
@@ -36,8 +38,10 @@ def test_training_loss_one_line_per_seed_and_floor():
     ax = plot_training_loss(loss, seeds=[4, 9], floor=2.5, title="loss")
     lines = {ln.get_label(): ln for ln in ax.get_lines()}
     assert set(lines) == {"seed 4", "seed 9", "floor: mean entropy of p*"}
-    np.testing.assert_allclose(lines["seed 9"].get_ydata(), loss[:, 1])  # column k is seed k's curve
-    np.testing.assert_allclose(lines["seed 4"].get_xdata(), [1, 2, 3])  # steps count from 1
+    # column k is seed k's curve
+    np.testing.assert_allclose(lines["seed 9"].get_ydata(), loss[:, 1])
+    # steps count from 1
+    np.testing.assert_allclose(lines["seed 4"].get_xdata(), [1, 2, 3])
     assert set(lines["floor: mean entropy of p*"].get_ydata()) == {2.5}
     with pytest.raises(ValueError, match=r"\[steps, K\]"):
         plot_training_loss(np.ones(3), title="t")
@@ -55,7 +59,9 @@ def test_length_panels_draw_one_panel_per_metric():
     from lengthgen_lite.viz.ch1_set_complement import LENGTH_PANELS, plot_length_panels
 
     s = np.arange(1, 6)
-    tables = [LengthTable(s=s, **{m: s / 10 * (k + 1) for m in METRICS}) for k in range(2)]
+    tables = [
+        LengthTable(s=s, **{m: s / 10 * (k + 1) for m in METRICS}) for k in range(2)
+    ]
     axes = plot_length_panels({"soft targets": tables}, train_length=2, title="t")
     assert [ax.get_title() for ax in axes] == [title for _, _, title in LENGTH_PANELS]
     assert axes[3].get_ylim() == (0.0, 1.05)  # top-1 accuracy on a fixed range

@@ -1,41 +1,59 @@
 import numpy as np
 import pytest
 
-from lengthgen_lite.viz.ch2_attention_dispersion import DispersionGrid, dispersion_draw, plot_attention_pattern
+from lengthgen_lite.viz.ch2_attention_dispersion import (
+    DispersionGrid,
+    dispersion_draw,
+    plot_attention_pattern,
+)
 from lengthgen_lite.viz.sliders import static_slider_figure
 
 
 def grid(n=2, length=3, v=5):
-    pattern = np.broadcast_to(np.tril(np.ones((length, length))) / np.arange(1, length + 1)[:, None], (n, length, length))
+    pattern = np.broadcast_to(
+        np.tril(np.ones((length, length))) / np.arange(1, length + 1)[:, None],
+        (n, length, length),
+    )
     probs = np.full((n, length, v), 1.0 / v)
     tokens = np.array([[0, 3, 1], [4, 2, 0]])[:n, :length]
     entropy = np.broadcast_to(np.log(np.arange(1, length + 1)), (n, length))
-    return DispersionGrid(tokens=tokens, pattern=pattern, probs=probs, targets=probs, entropy=entropy)
+    return DispersionGrid(
+        tokens=tokens, pattern=pattern, probs=probs, targets=probs, entropy=entropy
+    )
 
 
 def test_frames_show_the_chosen_length_and_example():
     draw = dispersion_draw(grid())
     fig = draw(s=2, example=1)
     attention, uniform, target, predicted, seen, entropy, log_s, here = fig.data
-    assert list(attention.y) == [0.5, 0.5, None]  # the third key is not seen yet at s = 2
+    # the third key is not seen yet at s = 2
+    assert list(attention.y) == [0.5, 0.5, None]
     assert list(attention.text) == ["4", "2", ""]  # bars labelled with their token ids
     assert uniform.y == (0.5, 0.5)
     assert list(seen.x) == [2, 4]
     assert here.x == (2,) and here.text == ("H/log s = 1.000",)
-    assert draw(s=3, example=1).data[-1].textposition == "bottom left"  # past the middle: label to the left
+    # past the middle: label to the left
+    assert draw(s=3, example=1).data[-1].textposition == "bottom left"
     assert fig.layout.yaxis.range == (0, 1.05)
 
 
 def test_every_frame_has_the_same_traces_so_the_static_slider_accepts_it():
-    figure = static_slider_figure(dispersion_draw(grid()), {"s": [1, 2, 3], "example": [0, 1]}, name="ch2-test")
+    figure = static_slider_figure(
+        dispersion_draw(grid()), {"s": [1, 2, 3], "example": [0, 1]}, name="ch2-test"
+    )
     assert len(figure.labels) == 6 and figure.labels[1] == "s=1, example=1"
 
 
 def test_bad_shapes_and_slider_values_raise():
     good = grid()
     with pytest.raises(ValueError, match="entropy must have shape"):
-        DispersionGrid(tokens=good.tokens, pattern=good.pattern, probs=good.probs, targets=good.targets,
-                       entropy=good.entropy[:, :2])
+        DispersionGrid(
+            tokens=good.tokens,
+            pattern=good.pattern,
+            probs=good.probs,
+            targets=good.targets,
+            entropy=good.entropy[:, :2],
+        )
     draw = dispersion_draw(good)
     with pytest.raises(ValueError, match="1 <= s <= 3"):
         draw(s=4, example=0)
@@ -66,7 +84,8 @@ def test_relative_attention_pattern_is_centred_on_uniform():
     ax = plot_attention_pattern(pattern, title="relative", relative=True)
     values = np.ma.compressed(ax.collections[0].get_array())
     np.testing.assert_allclose(values, [1, 1, 1, 1.5, 0.75, 0.75])
-    assert ax.collections[0].get_clim() == pytest.approx((0.5, 1.5))  # symmetric around 1
+    # symmetric around 1
+    assert ax.collections[0].get_clim() == pytest.approx((0.5, 1.5))
 
 
 def test_dispersion_draw_draws_each_figure_once():
@@ -91,7 +110,11 @@ def test_multi_panel_figures_of_the_chapter():
     runs = {"soft targets": tables, "sampled targets": tables}
     curves = {name: np.stack([1.0 / s] * 2) for name in runs}
     axes = plot_spread_measures(runs, curves, train_length=2)
-    assert [ax.get_title() for ax in axes] == ["Entropy", "Effective number of tokens", "Largest weight"]
+    assert [ax.get_title() for ax in axes] == [
+        "Entropy",
+        "Effective number of tokens",
+        "Largest weight",
+    ]
     axes = plot_gap_decay(s, curves, C=0.5, train_length=2)
     assert axes[0].get_yscale() == "log" and axes[1].get_title().startswith("s x gap")
     axes = plot_implied_invalid_mass(s, curves, curves, train_length=2)

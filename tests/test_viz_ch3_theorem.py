@@ -2,13 +2,13 @@ import matplotlib
 
 matplotlib.use("Agg")
 
-import numpy as np  # noqa: E402
-import pytest  # noqa: E402
-from matplotlib.collections import QuadMesh  # noqa: E402
+import numpy as np
+import pytest
+from matplotlib.collections import QuadMesh
 
-from lengthgen_lite.chapters.ch3_analysis import DimensionSweep  # noqa: E402
-from lengthgen_lite.chapters.ch3_construction import norm_comparison  # noqa: E402
-from lengthgen_lite.viz.ch3_theorem import (  # noqa: E402
+from lengthgen_lite.chapters.ch3_analysis import DimensionSweep
+from lengthgen_lite.chapters.ch3_construction import norm_comparison
+from lengthgen_lite.viz.ch3_theorem import (
     FLOOR,
     NO_NORM,
     WITH_NORM,
@@ -21,7 +21,6 @@ from lengthgen_lite.viz.ch3_theorem import (  # noqa: E402
     theorem_live_slider,
     theorem_static_slider,
 )
-
 
 
 def fake_sweep(v=5, dims=(3, 4, 6), k=2, steps=4):
@@ -48,7 +47,8 @@ def test_dimension_sweep_plot_puts_one_dot_per_run_at_its_offset():
     dots = [c for c in ax.collections if c.get_offsets().shape[0] == 2]
     assert len(dots) == 3  # one scatter per width, one dot per seed
     xs = np.concatenate([d.get_offsets()[:, 0] for d in dots])
-    np.testing.assert_allclose(np.round(xs), np.repeat([-1, 0, 2], 2))  # d - (v - 1), jitter < 0.5
+    # d - (v - 1), jitter < 0.5
+    np.testing.assert_allclose(np.round(xs), np.repeat([-1, 0, 2], 2))
     ys = np.concatenate([d.get_offsets()[:, 1] for d in dots])
     assert ys.min() == pytest.approx(FLOOR)  # 1e-7 is drawn at the log floor
     assert ax.get_yscale() == "log" and list(ax.get_xticks()) == [-1, 0, 2]
@@ -69,7 +69,8 @@ def test_kl_tables_share_one_colour_scale():
     for t in (a, b):
         np.fill_diagonal(t, np.nan)
     fig = plot_kl_tables({"a": a, "b": b}, title="t")
-    heatmaps = [ax for ax in fig.axes if ax.get_title() in ("a", "b")]  # not the colour bars
+    # not the colour bars
+    heatmaps = [ax for ax in fig.axes if ax.get_title() in ("a", "b")]
     meshes = [c for ax in heatmaps for c in ax.collections if isinstance(c, QuadMesh)]
     assert len(meshes) == 2 and {m.get_clim() for m in meshes} == {(0.0, 0.2)}
     with pytest.raises(ValueError, match="tables"):
@@ -96,7 +97,8 @@ def test_theorem_draw_shows_the_chosen_case(comparisons):
     names = [trace.name for trace in fig.data]
     assert names.count(NO_NORM) == 3 and names.count(WITH_NORM) == 3
     logits_none = fig.data[0].y
-    assert logits_none[-1] == 0.0 and logits_none[0] == pytest.approx(-4.0 / 3)  # present tokens sit 2C/s lower
+    # present tokens sit 2C/s lower
+    assert logits_none[-1] == 0.0 and logits_none[0] == pytest.approx(-4.0 / 3)
     law = next(t for t in fig.data if t.name.startswith("the law"))
     np.testing.assert_allclose(law.y, 2.0 / np.arange(1, 6))
     here = next(t for t in fig.data if t.name == "this s")
@@ -122,7 +124,8 @@ def test_theorem_sliders(comparisons):
 
 def test_theorem_draw_draws_each_figure_once_and_sliders_share_it(comparisons):
     draw = theorem_draw(comparisons)
-    assert draw(v=4, C=1.0, s=3) is draw(v=4, C=1.0, s=5)  # s beyond v-1 is the v-1 figure
+    # s beyond v-1 is the v-1 figure
+    assert draw(v=4, C=1.0, s=3) is draw(v=4, C=1.0, s=5)
     assert draw(v=6, C=2.0, s=2) is not draw(v=6, C=2.0, s=3)
     static = theorem_static_slider(comparisons, name="ch3-test", draw=draw)
     assert static.labels == theorem_static_slider(comparisons, name="ch3-test").labels

@@ -2,55 +2,96 @@ import matplotlib
 
 matplotlib.use("Agg")
 
-import numpy as np  # noqa: E402
-import pytest  # noqa: E402
+import numpy as np
+import pytest
 
-from lengthgen_lite.viz.ch4_vanishing_variance import (  # noqa: E402
+from lengthgen_lite.viz.ch4_vanishing_variance import (
     N_LABEL,
     histogram_draw,
     plot_against_N,
     plot_loglog_std,
     plot_paired,
 )
-from lengthgen_lite.viz.sliders import static_slider_figure  # noqa: E402
-
+from lengthgen_lite.viz.sliders import static_slider_figure
 
 N = np.array([4, 16, 64, 256])
 
 
-
 def test_loglog_std_shows_fitted_slopes_and_the_reference_law():
-    ax = plot_loglog_std(N, {"uniform": 2.0 * N**-0.5, "sharp": N**-0.1}, title="t", ylabel="std of o_0")
+    ax = plot_loglog_std(
+        N, {"uniform": 2.0 * N**-0.5, "sharp": N**-0.1}, title="t", ylabel="std of o_0"
+    )
     labels = [t.get_text() for t in ax.get_legend().get_texts()]
-    assert labels == ["uniform (slope -0.50)", "sharp (slope -0.10)", r"law $\propto N^{-1/2}$"]
+    assert labels == [
+        "uniform (slope -0.50)",
+        "sharp (slope -0.10)",
+        r"law $\propto N^{-1/2}$",
+    ]
     (law,) = [ln for ln in ax.get_lines() if ln.get_label().startswith("law")]
-    np.testing.assert_allclose(law.get_ydata(), 2.0 * N**-0.5)  # anchored at the first curve's first point
-    assert ax.get_xscale() == "log" and ax.get_yscale() == "log" and ax.get_xlabel() == N_LABEL
+    # anchored at the first curve's first point
+    np.testing.assert_allclose(law.get_ydata(), 2.0 * N**-0.5)
+    assert (
+        ax.get_xscale() == "log"
+        and ax.get_yscale() == "log"
+        and ax.get_xlabel() == N_LABEL
+    )
 
 
 def test_against_N_draws_mean_band_and_training_range():
     seeds = np.array([[0.9, 0.5, 0.2, 0.1], [1.0, 0.7, 0.4, 0.3]])
-    ax = plot_against_N(N, {"acc": seeds, "ref": np.ones(4)}, title="t", ylabel="accuracy", train_range=(2, 16))
+    ax = plot_against_N(
+        N,
+        {"acc": seeds, "ref": np.ones(4)},
+        title="t",
+        ylabel="accuracy",
+        train_range=(2, 16),
+    )
     (acc,) = [ln for ln in ax.get_lines() if ln.get_label() == "acc"]
     np.testing.assert_allclose(acc.get_ydata(), seeds.mean(0))
-    vertices = ax.collections[0].get_paths()[0].vertices  # the one band: only "acc" has seeds
+    # the one band: only "acc" has seeds
+    vertices = ax.collections[0].get_paths()[0].vertices
     for n, low, high in zip(N, seeds.min(0), seeds.max(0)):
         at_n = vertices[vertices[:, 0] == n, 1]
         assert (at_n.min(), at_n.max()) == pytest.approx((low, high))
     (span,) = ax.patches
-    assert (span.get_x(), span.get_x() + span.get_width()) == (2, 16) and span.get_label() == "training sizes 2..16"
-    assert ax.get_legend().get_title().get_text() == "lines: mean of 2 seeds, bands: min to max"
+    assert (span.get_x(), span.get_x() + span.get_width()) == (
+        2,
+        16,
+    ) and span.get_label() == "training sizes 2..16"
+    assert (
+        ax.get_legend().get_title().get_text()
+        == "lines: mean of 2 seeds, bands: min to max"
+    )
 
 
 @pytest.mark.parametrize(
     "call, message",
     [
         (lambda: plot_against_N(N, {}, title="t", ylabel="y"), "at least one"),
-        (lambda: plot_against_N(N, {"a": np.ones(3)}, title="t", ylabel="y"), "must be"),
-        (lambda: plot_against_N(N, {"a": np.ones(4)}, title="t", ylabel="y", train_range=(5, 2)), "train_range"),
+        (
+            lambda: plot_against_N(N, {"a": np.ones(3)}, title="t", ylabel="y"),
+            "must be",
+        ),
+        (
+            lambda: plot_against_N(
+                N, {"a": np.ones(4)}, title="t", ylabel="y", train_range=(5, 2)
+            ),
+            "train_range",
+        ),
         (lambda: plot_loglog_std(N, {}, title="t", ylabel="y"), "at least one"),
-        (lambda: histogram_draw({}, title="t", panel_titles=["a"], xlabels=["x"]), "at least one"),
-        (lambda: histogram_draw({(1,): [np.ones(3)]}, title="t", panel_titles=["a", "b"], xlabels=["x", "y"]), "one sample per panel"),
+        (
+            lambda: histogram_draw({}, title="t", panel_titles=["a"], xlabels=["x"]),
+            "at least one",
+        ),
+        (
+            lambda: histogram_draw(
+                {(1,): [np.ones(3)]},
+                title="t",
+                panel_titles=["a", "b"],
+                xlabels=["x", "y"],
+            ),
+            "one sample per panel",
+        ),
     ],
 )
 def test_bad_input_raises(call, message):
@@ -61,7 +102,9 @@ def test_bad_input_raises(call, message):
 def test_histogram_draw_keeps_bins_fixed_and_works_in_a_static_slider():
     rng = np.random.default_rng(0)
     grid = {(n,): [rng.normal(0, n**-0.5, 300), rng.normal(0, 1, 300)] for n in (4, 64)}
-    draw = histogram_draw(grid, title="t", panel_titles=["raw", "normed"], xlabels=["o_0", "LN(o)_0"])
+    draw = histogram_draw(
+        grid, title="t", panel_titles=["raw", "normed"], xlabels=["o_0", "LN(o)_0"]
+    )
     wide, narrow = draw(N=4), draw(N=64)
     assert wide.layout.xaxis.range == narrow.layout.xaxis.range  # same bins at every N
     assert wide.data[0].name.startswith("raw: std 0.") and len(wide.data) == 2
@@ -74,8 +117,18 @@ def test_histogram_draw_keeps_bins_fixed_and_works_in_a_static_slider():
 
 
 def test_paired_plot_joins_the_means_and_labels_N():
-    x, y = np.array([[0.9, 0.5, 0.2, 0.1], [0.7, 0.3, 0.2, 0.1]]), np.array([1.0, 0.8, 0.5, 0.3])
-    ax = plot_paired(N, {"baseline": (x, y)}, title="t", xlabel="attention", ylabel="accuracy", logx=True)
+    x, y = (
+        np.array([[0.9, 0.5, 0.2, 0.1], [0.7, 0.3, 0.2, 0.1]]),
+        np.array([1.0, 0.8, 0.5, 0.3]),
+    )
+    ax = plot_paired(
+        N,
+        {"baseline": (x, y)},
+        title="t",
+        xlabel="attention",
+        ylabel="accuracy",
+        logx=True,
+    )
     (baseline,) = [ln for ln in ax.get_lines() if ln.get_label() == "baseline"]
     np.testing.assert_allclose(baseline.get_xdata(), x.mean(0))
     np.testing.assert_allclose(baseline.get_ydata(), y)
@@ -85,7 +138,13 @@ def test_paired_plot_joins_the_means_and_labels_N():
 
 
 def test_against_N_draws_references_dashed():
-    ax = plot_against_N(N, {"acc": np.ones(4)}, title="t", ylabel="y", references={"chance": np.full(4, 0.1)})
+    ax = plot_against_N(
+        N,
+        {"acc": np.ones(4)},
+        title="t",
+        ylabel="y",
+        references={"chance": np.full(4, 0.1)},
+    )
     (chance,) = [ln for ln in ax.get_lines() if ln.get_label() == "chance"]
     assert chance.get_linestyle() == "--"
     np.testing.assert_allclose(chance.get_ydata(), 0.1)
@@ -97,20 +156,42 @@ def test_against_N_legend_outside_sits_right_of_the_panel():
 
 
 def test_layer_slopes_heatmap_and_sink_scatter():
-    from lengthgen_lite.viz.ch4_vanishing_variance import (LAYER_LABEL, plot_layer_heatmap, plot_layer_slopes,
-                                                           plot_slope_against_sink)
+    from lengthgen_lite.viz.ch4_vanishing_variance import (
+        LAYER_LABEL,
+        plot_layer_heatmap,
+        plot_layer_slopes,
+        plot_slope_against_sink,
+    )
 
     slope = np.array([-0.3, -0.1, 0.0])
-    ax = plot_layer_slopes([8, 512], {"a": (slope, slope - 0.1, slope + 0.1), "b": (slope, slope, slope)}, title="t")
+    ax = plot_layer_slopes(
+        [8, 512],
+        {"a": (slope, slope - 0.1, slope + 0.1), "b": (slope, slope, slope)},
+        title="t",
+    )
     assert ax.get_xlabel() == LAYER_LABEL and "N = 8..512" in ax.get_title()
-    assert [t.get_text() for t in ax.get_legend().get_texts()] == ["law: -0.5", "a", "b"]
-    ax = plot_layer_heatmap([8, 16], np.array([[0.1, 0.2], [0.0, 0.5]]), title="sink", colorbar="mass")
+    assert [t.get_text() for t in ax.get_legend().get_texts()] == [
+        "law: -0.5",
+        "a",
+        "b",
+    ]
+    ax = plot_layer_heatmap(
+        [8, 16], np.array([[0.1, 0.2], [0.0, 0.5]]), title="sink", colorbar="mass"
+    )
     assert [t.get_text() for t in ax.get_xticklabels()] == ["8", "16"]
-    ax = plot_slope_against_sink({"x": np.array([0.1, 0.5, 0.2])}, {"x": slope}, title="t", xlabel="sink", ylabel="slope")
+    ax = plot_slope_against_sink(
+        {"x": np.array([0.1, 0.5, 0.2])},
+        {"x": slope},
+        title="t",
+        xlabel="sink",
+        ylabel="slope",
+    )
     assert len(ax.texts) == 3
     with pytest.raises(ValueError, match="values must be"):
         plot_layer_heatmap([8], np.zeros((2, 2)), title="t", colorbar="c")
     with pytest.raises(ValueError, match="same non-empty labels"):
-        plot_slope_against_sink({"x": slope}, {"y": slope}, title="t", xlabel="a", ylabel="b")
+        plot_slope_against_sink(
+            {"x": slope}, {"y": slope}, title="t", xlabel="a", ylabel="b"
+        )
     with pytest.raises(ValueError, match="at least one"):
         plot_layer_slopes([8, 16], {}, title="t")

@@ -6,16 +6,21 @@ from lengthgen_lite.core.model import ModelConfig, Transformer
 from lengthgen_lite.core.seeding import seed_everything
 from lengthgen_lite.viz.ch5_post_norm import (
     PLACEMENT_COLORS,
-    plot_placement_curves,
     placement_draw,
     placement_live_slider,
     placement_static_slider,
     placement_table,
+    plot_placement_curves,
 )
 
-
 ROWS = [
-    {"targets": "soft", "norm": norm, "seed": seed, "tv_train": 0.1 * seed, "tv_beyond": base + 0.01 * seed}
+    {
+        "targets": "soft",
+        "norm": norm,
+        "seed": seed,
+        "tv_train": 0.1 * seed,
+        "tv_beyond": base + 0.01 * seed,
+    }
     for norm, base in (("none", 0.5), ("post", 0.2))
     for seed in range(3)
 ]
@@ -35,8 +40,13 @@ def test_placement_table_mean_and_range_per_configuration():
 @pytest.fixture(scope="module")
 def profiles():
     seed_everything(0)
-    models = {norm: Transformer(ModelConfig(vocab_size=6, d_model=8, norm=norm)).eval() for norm in ("none", "post")}
-    return {norm: prefix_profile(model, [3, 1, 0, 5, 2]) for norm, model in models.items()}
+    models = {
+        norm: Transformer(ModelConfig(vocab_size=6, d_model=8, norm=norm)).eval()
+        for norm in ("none", "post")
+    }
+    return {
+        norm: prefix_profile(model, [3, 1, 0, 5, 2]) for norm, model in models.items()
+    }
 
 
 def test_draw_has_the_same_traces_for_every_frame_and_bolds_the_choice(profiles):
@@ -44,7 +54,8 @@ def test_draw_has_the_same_traces_for_every_frame_and_bolds_the_choice(profiles)
     figures = [draw(norm, s) for norm in profiles for s in range(1, 6)]
     assert len({tuple(trace.type for trace in fig.data) for fig in figures}) == 1
     fig = draw("post", 3)
-    np.testing.assert_allclose(fig.data[1].y, profiles["post"].probs[2])  # the model's bars
+    # the model's bars
+    np.testing.assert_allclose(fig.data[1].y, profiles["post"].probs[2])
     assert sorted(fig.data[2].x.tolist()) == [0, 1, 3]  # seen tokens after s = 3
     widths = [trace.line.width for trace in fig.data[3:5]]
     assert widths[1] > widths[0]  # the chosen placement's gap curve is bold
@@ -60,7 +71,9 @@ def test_draw_has_the_same_traces_for_every_frame_and_bolds_the_choice(profiles)
 def test_sliders(profiles):
     static = placement_static_slider(profiles, train_length=2, name="ch5-test")
     assert len(static.figure["layout"]["sliders"][0]["steps"]) == 10
-    assert static.figure["layout"]["sliders"][0]["steps"][0]["label"] == "norm=none, s=1"
+    assert (
+        static.figure["layout"]["sliders"][0]["steps"][0]["label"] == "norm=none, s=1"
+    )
     widget, callback = placement_live_slider(profiles, train_length=2)
     callback(norm="post", s=2)
     assert len(widget.children) == 3  # two sliders and the figure
@@ -68,14 +81,24 @@ def test_sliders(profiles):
 
 def test_placement_curves_keep_each_placement_colour():
     s = np.arange(1, 6)
-    ax = plot_placement_curves(s, {"post": np.ones((3, 5)), "attn_out": np.arange(5.0)}, ylabel="y", title="t",
-                               train_length=2, references={"law": 1 / s}, suffix=", frozen")
+    ax = plot_placement_curves(
+        s,
+        {"post": np.ones((3, 5)), "attn_out": np.arange(5.0)},
+        ylabel="y",
+        title="t",
+        train_length=2,
+        references={"law": 1 / s},
+        suffix=", frozen",
+    )
     lines = {line.get_label(): line for line in ax.get_lines()}
     assert lines["post, frozen"].get_color() == PLACEMENT_COLORS["post"]
     assert lines["attn_out, frozen"].get_color() == PLACEMENT_COLORS["attn_out"]
     assert lines["law"].get_linestyle() == "--"
     assert len(ax.collections) == 1  # one band: only post has several seeds
-    assert ax.get_legend().get_title().get_text() == "lines: mean of 3 seeds, bands: min to max"
+    assert (
+        ax.get_legend().get_title().get_text()
+        == "lines: mean of 3 seeds, bands: min to max"
+    )
     with pytest.raises(ValueError, match="keyed by placement"):
         plot_placement_curves(s, {"rms": np.ones(5)}, ylabel="y", title="t")
     with pytest.raises(ValueError, match="at least one placement"):

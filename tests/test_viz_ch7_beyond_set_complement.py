@@ -1,7 +1,12 @@
 import numpy as np
 import pytest
 
-from lengthgen_lite.viz.ch7_beyond_set_complement import plot_curves, prediction_draw, prediction_static_slider, verdict_table
+from lengthgen_lite.viz.ch7_beyond_set_complement import (
+    plot_curves,
+    prediction_draw,
+    prediction_static_slider,
+    verdict_table,
+)
 
 
 def fake_rows():
@@ -9,14 +14,25 @@ def fake_rows():
     for norm in ("none", "attn_out"):
         for variant in ("raw", "ema"):
             for seed in (0, 1, 2):
-                rows.append({"task": "anbn", "targets": "soft", "norm": norm, "variant": variant, "seed": seed, "tv_beyond": 0.1 * (seed + 1)})
+                rows.append(
+                    {
+                        "task": "anbn",
+                        "targets": "soft",
+                        "norm": norm,
+                        "variant": variant,
+                        "seed": seed,
+                        "tv_beyond": 0.1 * (seed + 1),
+                    }
+                )
     return rows
 
 
 def test_verdict_table_puts_raw_and_ema_side_by_side():
     table = verdict_table(fake_rows())
     assert list(table.columns) == ["tv_beyond, raw", "tv_beyond, ema", "seeds"]
-    assert table.loc[("anbn", "soft", "none"), "tv_beyond, raw"] == "0.200 [0.100, 0.300]"
+    assert (
+        table.loc[("anbn", "soft", "none"), "tv_beyond, raw"] == "0.200 [0.100, 0.300]"
+    )
     assert table["seeds"].tolist() == [3, 3]
     with pytest.raises(ValueError, match="rows must hold"):
         verdict_table([])
@@ -28,14 +44,36 @@ def test_prediction_slider_has_one_step_per_placement_and_length():
     rng = np.random.default_rng(0)
     probs = {norm: rng.dirichlet(np.ones(5), size=4) for norm in ("none", "post")}
     tv = {norm: rng.uniform(size=(3, 4)) for norm in probs}
-    draw = prediction_draw(probs, np.full((4, 5), 0.2), tv, output_labels=list("abcde"), train_length=2, title="t")
+    draw = prediction_draw(
+        probs,
+        np.full((4, 5), 0.2),
+        tv,
+        output_labels=list("abcde"),
+        train_length=2,
+        title="t",
+    )
     assert len(draw("none", 1).data) == len(draw("post", 4).data) == 4
-    slider = prediction_static_slider(draw, ["none", "post"], [1, 2, 3, 4], name="ch7-test")
+    slider = prediction_static_slider(
+        draw, ["none", "post"], [1, 2, 3, 4], name="ch7-test"
+    )
     assert slider.labels[0] == "norm=none, s=1" and len(slider.labels) == 8
     with pytest.raises(ValueError, match="same, non-empty set of placements"):
-        prediction_draw(probs, np.zeros((4, 5)), {"none": tv["none"]}, output_labels=list("abcde"), train_length=2, title="t")
+        prediction_draw(
+            probs,
+            np.zeros((4, 5)),
+            {"none": tv["none"]},
+            output_labels=list("abcde"),
+            train_length=2,
+            title="t",
+        )
 
 
 def test_plot_curves_labels_the_length_axis():
-    ax = plot_curves(np.arange(1, 49), {"none": np.zeros((3, 48))}, ylabel="TV", title="t", train_length=16)
+    ax = plot_curves(
+        np.arange(1, 49),
+        {"none": np.zeros((3, 48))},
+        ylabel="TV",
+        title="t",
+        train_length=16,
+    )
     assert ax.get_xlabel().startswith("length s") and ax.get_title() == "t"

@@ -2,14 +2,14 @@ import matplotlib
 
 matplotlib.use("Agg")
 
-import matplotlib.pyplot as plt  # noqa: E402
-import myst_nb  # noqa: E402
-import numpy as np  # noqa: E402
-import pytest  # noqa: E402
-from matplotlib.colors import to_hex  # noqa: E402
+import matplotlib.pyplot as plt
+import myst_nb
+import numpy as np
+import pytest
+from matplotlib.colors import to_hex
 
-from lengthgen_lite.core.evaluation import LengthTable, METRICS  # noqa: E402
-from lengthgen_lite.viz.common import (  # noqa: E402
+from lengthgen_lite.core.evaluation import METRICS, LengthTable
+from lengthgen_lite.viz.common import (
     as_seed_array,
     glue_round,
     panels,
@@ -20,23 +20,25 @@ from lengthgen_lite.viz.common import (  # noqa: E402
     rows_frame,
     shade_training_range,
 )
-from lengthgen_lite.viz.style import PALETTE  # noqa: E402
-
+from lengthgen_lite.viz.style import PALETTE
 
 S = np.arange(1, 6)
-SEEDS = np.array([S * 0.1, S * 0.3, S * 0.2])  # [K=3, len(s)]: seed 0 lowest, seed 1 highest everywhere
-
+# [K=3, len(s)]: seed 0 lowest, seed 1 highest everywhere
+SEEDS = np.array([S * 0.1, S * 0.3, S * 0.2])
 
 
 def line(ax, label):
-    """The drawn curve with this legend label (whatever order the artists were added in)."""
+    """The drawn curve with this legend label (whatever order the artists were added
+    in)."""
     (match,) = [ln for ln in ax.get_lines() if ln.get_label() == label]
     return match
 
 
 def band_of(ax, color):
     """(lower, upper) edge of the band drawn in ``color``, at each x of the band."""
-    (band,) = [c for c in ax.collections if to_hex(c.get_facecolor()[0]) == to_hex(color)]
+    (band,) = [
+        c for c in ax.collections if to_hex(c.get_facecolor()[0]) == to_hex(color)
+    ]
     vertices = band.get_paths()[0].vertices
     xs = np.unique(vertices[:, 0])
     lower = np.array([vertices[vertices[:, 0] == x, 1].min() for x in xs])
@@ -46,7 +48,9 @@ def band_of(ax, color):
 
 def test_seed_band_is_the_seed_mean_inside_the_min_max_range():
     ax = plt.subplots()[1]
-    k = plot_seed_bands(ax, S, {"tv": SEEDS}, colors={"tv": "#123456"}, labels={"tv": "TV (3 seeds)"})
+    k = plot_seed_bands(
+        ax, S, {"tv": SEEDS}, colors={"tv": "#123456"}, labels={"tv": "TV (3 seeds)"}
+    )
     assert k == 3
     mean = line(ax, "TV (3 seeds)")
     np.testing.assert_allclose(mean.get_ydata(), SEEDS.mean(0))
@@ -76,9 +80,17 @@ def test_as_seed_array_names_the_axis_in_its_error():
 
 
 def test_length_curves_shade_the_training_lengths_and_count_the_seeds():
-    ax = plot_length_curves(S, {"no norm": SEEDS}, ylabel="TV", title="t", train_length=2, references={"1/s": 1 / S})
+    ax = plot_length_curves(
+        S,
+        {"no norm": SEEDS},
+        ylabel="TV",
+        title="t",
+        train_length=2,
+        references={"1/s": 1 / S},
+    )
     (span,) = ax.patches
-    assert (span.get_x(), span.get_x() + span.get_width()) == (0.5, 2.5)  # s = 1..2 and nothing more
+    # s = 1..2 and nothing more
+    assert (span.get_x(), span.get_x() + span.get_width()) == (0.5, 2.5)
     np.testing.assert_allclose(line(ax, "1/s").get_ydata(), 1 / S)
     assert line(ax, "1/s").get_linestyle() == "--"
     assert "mean of 3 seeds" in ax.get_legend().get_title().get_text()
@@ -89,7 +101,15 @@ def test_length_curves_shade_the_training_lengths_and_count_the_seeds():
 
 def test_length_curves_draw_into_the_panel_they_are_given():
     fig, axes = panels(2, title="two")
-    plot_length_curves(S, {"right": SEEDS}, ylabel="y", title="t", ax=axes[1], ylim=(0.0, 2.0), logy=False)
+    plot_length_curves(
+        S,
+        {"right": SEEDS},
+        ylabel="y",
+        title="t",
+        ax=axes[1],
+        ylim=(0.0, 2.0),
+        logy=False,
+    )
     assert not axes[0].get_lines() and len(axes[1].get_lines()) == 1
     assert axes[1].get_ylim() == pytest.approx((0.0, 2.0))
     assert len(fig.axes) == 2  # no stray figure content
@@ -108,14 +128,24 @@ def test_length_curves_reject_bad_input():
 
 def test_curves_on_a_log2_axis_with_the_legend_outside():
     N = np.array([4, 16, 64])
-    ax = plot_curves(N, {"acc": np.ones((2, 3))}, xlabel="N", ylabel="y", title="t", log2_x=True, legend="outside")
+    ax = plot_curves(
+        N,
+        {"acc": np.ones((2, 3))},
+        xlabel="N",
+        ylabel="y",
+        title="t",
+        log2_x=True,
+        legend="outside",
+    )
     assert ax.get_xscale() == "log"
     assert ax.get_legend().get_bbox_to_anchor().x0 > ax.get_window_extent().x1
 
 
 def test_plot_metric_averages_the_seeds_tables():
     tables = [LengthTable(s=S, **{m: S * (k + 1.0) for m in METRICS}) for k in range(2)]
-    ax = plot_metric({"soft": tables}, "logit_gap", ylabel="gap", title="t", train_length=3)
+    ax = plot_metric(
+        {"soft": tables}, "logit_gap", ylabel="gap", title="t", train_length=3
+    )
     np.testing.assert_allclose(line(ax, "soft").get_ydata(), S * 1.5)
     _, lower, upper = band_of(ax, PALETTE[0])
     np.testing.assert_allclose(lower, S * 1.0)
@@ -150,7 +180,11 @@ def test_rows_frame_checks_rows_and_columns():
 
 def test_glue_round_glues_rounded_values_without_display(monkeypatch):
     glued = []
-    monkeypatch.setattr(myst_nb, "glue", lambda name, value, display: glued.append((name, value, display)))
+    monkeypatch.setattr(
+        myst_nb,
+        "glue",
+        lambda name, value, display: glued.append((name, value, display)),
+    )
     glue_round("tv", 0.123456)
     glue_round("n", 11.7, 0)
     glue_round("gap", 2.0, 1)

@@ -9,8 +9,14 @@ import plotly.io as pio
 import pytest
 from plotly.subplots import make_subplots
 
-from lengthgen_lite.viz import PALETTE, SliderFigure, live_slider, static_slider_figure, use_book_style
-from lengthgen_lite.viz.sliders import PLOTLYJS_PATH, PLOTLY_MIME
+from lengthgen_lite.viz import (
+    PALETTE,
+    SliderFigure,
+    live_slider,
+    static_slider_figure,
+    use_book_style,
+)
+from lengthgen_lite.viz.sliders import PLOTLY_MIME, PLOTLYJS_PATH
 
 
 def three_panels(s):
@@ -44,21 +50,38 @@ def test_one_slider_restyles_every_panel():
 
 
 def test_several_grid_axes_flatten_into_one_labelled_slider():
-    fig = static_slider_figure(line, {"s": [1, 2], "example": [0, 1, 2]}, name="ch2-two")
-    assert fig.labels == ["s=1, example=0", "s=1, example=1", "s=1, example=2", "s=2, example=0", "s=2, example=1", "s=2, example=2"]
+    fig = static_slider_figure(
+        line, {"s": [1, 2], "example": [0, 1, 2]}, name="ch2-two"
+    )
+    assert fig.labels == [
+        "s=1, example=0",
+        "s=1, example=1",
+        "s=1, example=2",
+        "s=2, example=0",
+        "s=2, example=1",
+        "s=2, example=2",
+    ]
     assert steps(fig)[4]["args"][0]["y"] == [[2, 1, None]]  # NaN is stored as null
     assert fig.figure["layout"]["sliders"][0]["currentvalue"]["prefix"] == ""
 
 
 def test_mimebundle_is_deterministic_and_loads_local_plotlyjs():
-    bundle = static_slider_figure(three_panels, {"s": [1, 2]}, name="ch2-test")._repr_mimebundle_()
-    again = static_slider_figure(three_panels, {"s": [1, 2]}, name="ch2-test")._repr_mimebundle_()
+    bundle = static_slider_figure(
+        three_panels, {"s": [1, 2]}, name="ch2-test"
+    )._repr_mimebundle_()
+    again = static_slider_figure(
+        three_panels, {"s": [1, 2]}, name="ch2-test"
+    )._repr_mimebundle_()
     assert bundle == again
     html = bundle["text/html"]
-    assert 'id="lengthgen-slider-ch2-test"' in html and 'data-lengthgen-slider="ch2-test"' in html
+    assert (
+        'id="lengthgen-slider-ch2-test"' in html
+        and 'data-lengthgen-slider="ch2-test"' in html
+    )
     assert f'"{PLOTLYJS_PATH}"' in html and "content_root" in html
     assert "http" not in html  # nothing from the network
-    assert json.loads(json.dumps(bundle[PLOTLY_MIME])) == bundle[PLOTLY_MIME]  # plain JSON
+    # plain JSON
+    assert json.loads(json.dumps(bundle[PLOTLY_MIME])) == bundle[PLOTLY_MIME]
     assert bundle["text/plain"] == "SliderFigure(name='ch2-test', steps=2)"
 
 
@@ -66,7 +89,9 @@ def test_html_escapes_closing_script_tags():
     def titled(s):
         return go.Figure(go.Scatter(y=[s], name="</script><b>"))
 
-    html = static_slider_figure(titled, {"s": [1]}, name="ch1-x")._repr_mimebundle_()["text/html"]
+    html = static_slider_figure(titled, {"s": [1]}, name="ch1-x")._repr_mimebundle_()[
+        "text/html"
+    ]
     assert html.count("</script>") == 1
 
 
@@ -111,9 +136,13 @@ def test_live_slider_swaps_precomputed_figures():
 
 
 def test_book_style_sets_palette_for_matplotlib_and_plotly(monkeypatch):
-    monkeypatch.setattr(pio.templates, "default", pio.templates.default)  # restored afterwards
+    # restored afterwards
+    monkeypatch.setattr(pio.templates, "default", pio.templates.default)
     with mpl.rc_context():
         use_book_style()
-        assert mpl.colors.to_hex(mpl.rcParams["axes.prop_cycle"].by_key()["color"][0]) == PALETTE[0]
+        assert (
+            mpl.colors.to_hex(mpl.rcParams["axes.prop_cycle"].by_key()["color"][0])
+            == PALETTE[0]
+        )
     assert pio.templates.default == "plotly_white+lengthgen"
     assert go.Figure().layout.template.layout.colorway == tuple(PALETTE)

@@ -1,5 +1,5 @@
-"""The tiny experiment every runs/CLI test trains: v = 6, 30 steps, 2 seeds, two placements,
-EMA riding along, two logit scales (seconds, not minutes)."""
+"""The tiny experiment every runs/CLI test trains: v = 6, 30 steps, 2 seeds, two
+placements, EMA riding along, two logit scales (seconds, not minutes)."""
 
 from lengthgen_lite.runs import Spec
 

@@ -3,14 +3,14 @@
 Everything here is computed from files in the repository, so nothing is typed twice:
 
 - the package version (``pyproject.toml``) in every page's footer;
-- at the top of each chapter, how long it takes to execute (``benchmarks/results/speed.json``,
-  written by ``make bench``) and a link that opens the same notebook in a local ``make lab``
-  (also a header button);
+- at the top of each chapter, how long it takes to execute
+  (``benchmarks/results/speed.json``, written by ``make bench``) and a link that opens
+  the same notebook in a local ``make lab`` (also a header button);
 - ``{cite-this}``: the citation and its BibTeX, from ``CITATION.cff``;
 - the scorecard's verdicts as coloured badges, ``{verdict-summary}``: their counts, and
-  ``{verdict}`word```: one badge in prose. The
-  verdicts are glued from the notebooks, so this runs after myst-nb pastes them (a post-transform);
-  it works on the doctree, so the PDF and readers without JavaScript see it too.
+  ``{verdict}`word```: one badge in prose. The verdicts are glued from the notebooks, so
+  this runs after myst-nb pastes them (a post-transform); it works on the doctree, so
+  the PDF and readers without JavaScript see it too.
 """
 
 from __future__ import annotations
@@ -33,14 +33,24 @@ from sphinx.util.docutils import SphinxDirective
 LOGGER = logging.getLogger(__name__)
 STATIC = pathlib.Path(__file__).resolve().parents[1] / "_static"
 CHAPTERS = "notebooks/"  # docnames of the chapters start with this
-# Every verdict word a chapter may glue, in the order the summary lists them; each has a badge
-# colour in _static/lengthgen.css (lengthgen_lite.runs.scorecard.VERDICTS must be a subset).
-VERDICTS = ("reproduced", "partly reproduced", "not reproduced", "robust null", "demonstration", "not testable here")
+# Every verdict word a chapter may glue, in the order the summary lists them; each has a
+# badge colour in _static/lengthgen.css (lengthgen_lite.runs.scorecard.VERDICTS must be
+# a subset).
+VERDICTS = (
+    "reproduced",
+    "partly reproduced",
+    "not reproduced",
+    "robust null",
+    "demonstration",
+    "not testable here",
+)
 
 
 def project_version(root: pathlib.Path) -> str:
     """The version in ``pyproject.toml``: the one place it is written."""
-    version = tomllib.loads((root / "pyproject.toml").read_text())["project"].get("version")
+    version = tomllib.loads((root / "pyproject.toml").read_text())["project"].get(
+        "version"
+    )
     if not isinstance(version, str) or not version:
         raise ValueError(f"{root / 'pyproject.toml'} has no [project] version")
     return version
@@ -54,61 +64,94 @@ def duration(seconds: float) -> str:
 
 
 def cost_sentence(speed: dict[str, Any] | None, chapter: str) -> str:
-    """How long ``chapter`` (a notebook stem) took to execute in the last ``make bench``.
+    """How long ``chapter`` (a notebook stem) took to execute in the last ``make
+    bench``.
 
-    ``speed`` is ``speed.json`` (None if it does not exist). A CPU model that is missing or
-    unknown (``speed.py`` records none when it cannot read one) is said to be missing, never guessed.
+    ``speed`` is ``speed.json`` (None if it does not exist). A CPU model that is missing
+    or unknown (``speed.py`` records none when it cannot read one) is said to be
+    missing, never guessed.
     """
     rows = {row["chapter"]: row for row in (speed or {}).get("chapters", [])}
     if chapter not in rows:
         return "Execution time: not measured yet (make bench measures every chapter)."
     machine = speed.get("machine", {})
     cpu = machine.get("cpu")
-    cpu_text = f"CPU: {cpu}" if cpu and cpu != "unknown" else "the CPU model was not recorded"
+    cpu_text = (
+        f"CPU: {cpu}" if cpu and cpu != "unknown" else "the CPU model was not recorded"
+    )
     cores = machine.get("cores")
     where = f"a {cores}-core CPU" if cores else "a CPU"
     threads = machine.get("torch_threads", 1)
     thread_text = "one torch thread" if threads == 1 else f"{threads} torch threads"
     return (
-        f"Execution time: {duration(rows[chapter]['wall_seconds'])} for the whole chapter on {where} "
+        f"Execution time: {duration(rows[chapter]['wall_seconds'])} for the "
+        f"whole chapter on {where} "
         f"with {thread_text} ({cpu_text}), as measured by the last make bench."
     )
 
 
 def lab_url(port: int, source: str) -> str:
-    """The notebook ``source`` (path from the repository root) in JupyterLab started by ``make lab``."""
+    """The notebook ``source`` (path from the repository root) in JupyterLab started by
+    ``make lab``."""
     if not isinstance(port, int) or not 0 < port < 65536:
-        raise ValueError(f"lengthgen_lab_port must be a TCP port (1-65535), got {port!r}")
+        raise ValueError(
+            f"lengthgen_lab_port must be a TCP port (1-65535), got {port!r}"
+        )
     return f"http://127.0.0.1:{port}/lab/tree/{source}"
 
 
 def verdict_counts(verdicts: list[str]) -> list[tuple[str, int]]:
-    """(verdict, count) for every verdict that occurs, in ``VERDICTS`` order; unknown words are an error."""
+    """(verdict, count) for every verdict that occurs, in ``VERDICTS`` order; unknown
+    words are an error."""
     if unknown := sorted(set(verdicts) - set(VERDICTS)):
-        raise ValueError(f"unknown verdict(s) {unknown}; a verdict is one of {list(VERDICTS)}")
+        raise ValueError(
+            f"unknown verdict(s) {unknown}; a verdict is one of {list(VERDICTS)}"
+        )
     counts = Counter(verdicts)
     return [(word, counts[word]) for word in VERDICTS if counts[word]]
 
 
 def badge(word: str) -> nodes.inline:
     """A verdict as an inline node that _static/lengthgen.css colours by its class."""
-    return nodes.inline(word, word, classes=["verdict", "verdict-" + word.replace(" ", "-")])
+    return nodes.inline(
+        word, word, classes=["verdict", "verdict-" + word.replace(" ", "-")]
+    )
 
 
 def citation(cff: dict[str, Any]) -> tuple[str, str]:
     """(one-line citation, BibTeX) for the book, from the fields of ``CITATION.cff``."""
-    missing = [key for key in ("title", "version", "authors", "date-released") if not cff.get(key)]
+    missing = [
+        key
+        for key in ("title", "version", "authors", "date-released")
+        if not cff.get(key)
+    ]
     if missing:
         raise ValueError(f"CITATION.cff lacks {missing}")
     # An entity (name) stays one BibTeX name in braces; a person is "family, given".
-    names = [(a["name"], f"{{{a['name']}}}") if "name" in a else
-             (f"{a['given-names']} {a['family-names']}", f"{a['family-names']}, {a['given-names']}")
-             for a in cff["authors"]]
+    names = [
+        (a["name"], f"{{{a['name']}}}")
+        if "name" in a
+        else (
+            f"{a['given-names']} {a['family-names']}",
+            f"{a['family-names']}, {a['given-names']}",
+        )
+        for a in cff["authors"]
+    ]
     year = str(cff["date-released"])[:4]
-    line = f"{', '.join(text for text, _ in names)} ({year}). {cff['title']} (version {cff['version']})."
-    fields = {"author": " and ".join(bib for _, bib in names), "title": f"{{{cff['title']}}}",
-              "year": year, "version": cff["version"], "url": cff.get("url")}
-    body = ",\n".join(f"  {key:<7} = {{{value}}}" for key, value in fields.items() if value)
+    line = (
+        f"{', '.join(text for text, _ in names)} ({year}). {cff['title']} "
+        f"(version {cff['version']})."
+    )
+    fields = {
+        "author": " and ".join(bib for _, bib in names),
+        "title": f"{{{cff['title']}}}",
+        "year": year,
+        "version": cff["version"],
+        "url": cff.get("url"),
+    }
+    body = ",\n".join(
+        f"  {key:<7} = {{{value}}}" for key, value in fields.items() if value
+    )
     return line, f"@software{{lengthgen_lite,\n{body}\n}}"
 
 
@@ -117,19 +160,23 @@ def read_speed(path: pathlib.Path) -> dict[str, Any] | None:
     return json.loads(path.read_text()) if path.exists() else None
 
 
-# --- Sphinx plumbing ---------------------------------------------------------------------------------
+# --- Sphinx plumbing ------------------------------------------------------------------
 
 
 def set_version(app: Sphinx, config: Config) -> None:
     """The pyproject version as Sphinx's release and in the footer of every page."""
     version = project_version(pathlib.Path(app.srcdir))
     config.version = config.release = version
-    footer = config.html_theme_options.get("extra_footer", "") + f'<p class="lengthgen-version">lengthgen-lite version {version}</p>'
+    footer = (
+        config.html_theme_options.get("extra_footer", "")
+        + f'<p class="lengthgen-version">lengthgen-lite version {version}</p>'
+    )
     config.html_theme_options = {**config.html_theme_options, "extra_footer": footer}
 
 
 def add_static(app: Sphinx) -> None:
-    """book/_static/lengthgen.css on every page (badges, the scorecard's width, the chapter line, print)."""
+    """book/_static/lengthgen.css on every page (badges, the scorecard's width, the
+    chapter line, print)."""
     app.config.html_static_path.append(str(STATIC))
     app.add_css_file("lengthgen.css")
 
@@ -137,49 +184,61 @@ def add_static(app: Sphinx) -> None:
 def html_handlers_for_singlehtml(app: Sphinx) -> None:
     """Give the singlehtml builder (make pdf) every node handler registered for html.
 
-    Sphinx uses a builder's own handlers when an extension registered any (sphinx-exercise does for
-    singlehtml) and the format's (html) only otherwise, so sphinx-proof's html-only nodes would
-    have none in singlehtml and the build would fail.
+    Sphinx uses a builder's own handlers when an extension registered any
+    (sphinx-exercise does for singlehtml) and the format's (html) only otherwise, so
+    sphinx-proof's html-only nodes would have none in singlehtml and the build would
+    fail.
     """
     if app.builder.name == "singlehtml":
         handlers = app.registry.translation_handlers
-        handlers["singlehtml"] = {**handlers.get("html", {}), **handlers.get("singlehtml", {})}
+        handlers["singlehtml"] = {
+            **handlers.get("html", {}),
+            **handlers.get("singlehtml", {}),
+        }
 
 
 def single_page_at_root(app: Sphinx, exception: Exception | None) -> None:
     """Make the singlehtml build (make pdf) one self-consistent page: ``index.html``.
 
-    Sphinx writes the root document at its own path (``book/intro.html``) but with every URL
-    relative to the output folder, so opened where it lies it finds no styles, scripts or images.
-    At the root, its links to itself become plain anchors.
+    Sphinx writes the root document at its own path (``book/intro.html``) but with every
+    URL relative to the output folder, so opened where it lies it finds no styles,
+    scripts or images. At the root, its links to itself become plain anchors.
     """
     if exception is not None or app.builder.name != "singlehtml":
         return
     out = pathlib.Path(app.outdir)
     page = out / f"{app.config.root_doc}{app.builder.out_suffix}"
     if page.parent != out:
-        self_link = re.compile(rf'href="{re.escape(page.relative_to(out).as_posix())}(?=[#"])')
-        (out / "index.html").write_text(self_link.sub('href="', page.read_text()).replace('href=""', 'href="#"'))
+        self_link = re.compile(
+            rf'href="{re.escape(page.relative_to(out).as_posix())}(?=[#"])'
+        )
+        (out / "index.html").write_text(
+            self_link.sub('href="', page.read_text()).replace('href=""', 'href="#"')
+        )
         page.unlink()
         if not any(page.parent.iterdir()):
             page.parent.rmdir()
 
 
 def chapter_source(app: Sphinx, docname: str) -> str | None:
-    """The chapter's notebook, relative to the repository root (None for pages that are not chapters)."""
+    """The chapter's notebook, relative to the repository root (None for pages that are
+    not chapters)."""
     if not docname.startswith(CHAPTERS):
         return None
     return pathlib.Path(app.env.doc2path(docname)).relative_to(app.srcdir).as_posix()
 
 
 def add_chapter_line(app: Sphinx, doctree: nodes.document) -> None:
-    """Under each chapter's title: its execution time and hardware, and how to run it live."""
+    """Under each chapter's title: its execution time and hardware, and how to run it
+    live."""
     source = chapter_source(app, app.env.docname)
     if source is None:
         return
     speed_file = pathlib.Path(app.srcdir) / app.config.lengthgen_speed_file
     app.env.note_dependency(str(speed_file))
-    time_line = nodes.paragraph("", cost_sentence(read_speed(speed_file), pathlib.Path(source).stem))
+    time_line = nodes.paragraph(
+        "", cost_sentence(read_speed(speed_file), pathlib.Path(source).stem)
+    )
     url = lab_url(app.config.lengthgen_lab_port, source)
     live = nodes.paragraph()
     live += nodes.Text("Run it live: start ")
@@ -192,30 +251,47 @@ def add_chapter_line(app: Sphinx, doctree: nodes.document) -> None:
     section.insert(1, box)  # after the title
 
 
-def add_lab_button(app: Sphinx, pagename: str, templatename: str, context: dict[str, Any], doctree: Any) -> None:
-    """A header button (beside download/fullscreen) that opens the chapter in the local JupyterLab."""
+def add_lab_button(
+    app: Sphinx, pagename: str, templatename: str, context: dict[str, Any], doctree: Any
+) -> None:
+    """A header button (beside download/fullscreen) that opens the chapter in the local
+    JupyterLab."""
     source = chapter_source(app, pagename)
     if source is None or "header_buttons" not in context:
         return
-    context["header_buttons"].append({
-        "type": "link",
-        "url": lab_url(app.config.lengthgen_lab_port, source),
-        "icon": "fas fa-rocket",
-        "tooltip": "Open in JupyterLab (make lab)",
-        "label": "open-in-jupyterlab-button",
-    })
+    context["header_buttons"].append(
+        {
+            "type": "link",
+            "url": lab_url(app.config.lengthgen_lab_port, source),
+            "icon": "fas fa-rocket",
+            "tooltip": "Open in JupyterLab (make lab)",
+            "label": "open-in-jupyterlab-button",
+        }
+    )
 
 
-def verdict_role(name: str, rawtext: str, text: str, lineno: int, inliner: Any, options: Any = None, content: Any = None):
+def verdict_role(
+    name: str,
+    rawtext: str,
+    text: str,
+    lineno: int,
+    inliner: Any,
+    options: Any = None,
+    content: Any = None,
+):
     """``{verdict}`word```: a verdict badge in prose (the scorecard's legend)."""
     if text not in VERDICTS:
-        message = inliner.reporter.error(f"unknown verdict {text!r}; a verdict is one of {list(VERDICTS)}", line=lineno)
+        message = inliner.reporter.error(
+            f"unknown verdict {text!r}; a verdict is one of {list(VERDICTS)}",
+            line=lineno,
+        )
         return [inliner.problematic(rawtext, rawtext, message)], [message]
     return [badge(text)], []
 
 
 class CiteThis(SphinxDirective):
-    """``{cite-this}``: the book's citation and BibTeX, read from CITATION.cff at the repository root."""
+    """``{cite-this}``: the book's citation and BibTeX, read from CITATION.cff at the
+    repository root."""
 
     def run(self) -> list[nodes.Node]:
         path = pathlib.Path(self.env.srcdir) / "CITATION.cff"
@@ -226,14 +302,16 @@ class CiteThis(SphinxDirective):
 
 
 class VerdictSummary(SphinxDirective):
-    """``{verdict-summary}``: where the counts of the page's scorecard verdicts go (filled later)."""
+    """``{verdict-summary}``: where the counts of the page's scorecard verdicts go
+    (filled later)."""
 
     def run(self) -> list[nodes.Node]:
         return [nodes.paragraph("", "", classes=["verdict-summary"])]
 
 
 class ScorecardBadges(SphinxPostTransform):
-    """Badges for the verdict column of every table with class ``scorecard``, and their counts.
+    """Badges for the verdict column of every table with class ``scorecard``, and their
+    counts.
 
     Runs after myst-nb's glue post-transform (priority 5) has pasted the verdicts.
     """
@@ -249,7 +327,9 @@ class ScorecardBadges(SphinxPostTransform):
             if "verdict-summary" not in summary["classes"]:
                 continue
             if not verdicts:
-                LOGGER.warning("verdict-summary: no scorecard table on this page", location=summary)
+                LOGGER.warning(
+                    "verdict-summary: no scorecard table on this page", location=summary
+                )
                 continue
             summary += nodes.strong("", f"{len(verdicts)} claims: ")
             for i, (word, count) in enumerate(verdict_counts(verdicts)):
@@ -257,8 +337,12 @@ class ScorecardBadges(SphinxPostTransform):
                 summary += badge(word)
 
     def badge_column(self, table: nodes.table) -> list[str]:
-        """Replace each verdict cell's text by its badge; return the verdicts, or [] after a warning."""
-        header = [entry.astext().strip() for entry in next(table.findall(nodes.thead)).findall(nodes.entry)]
+        """Replace each verdict cell's text by its badge; return the verdicts, or []
+        after a warning."""
+        header = [
+            entry.astext().strip()
+            for entry in next(table.findall(nodes.thead)).findall(nodes.entry)
+        ]
         if "verdict" not in header:
             LOGGER.warning("scorecard table has no 'verdict' column", location=table)
             return []
@@ -268,7 +352,10 @@ class ScorecardBadges(SphinxPostTransform):
             cell = row[column]
             word = cell.astext().strip()
             if word not in VERDICTS:
-                LOGGER.warning(f"scorecard verdict {word!r} is not one of {list(VERDICTS)}", location=cell)
+                LOGGER.warning(
+                    f"scorecard verdict {word!r} is not one of {list(VERDICTS)}",
+                    location=cell,
+                )
                 continue
             paragraph = cell.next_node(nodes.paragraph)
             paragraph.children = []
@@ -279,13 +366,17 @@ class ScorecardBadges(SphinxPostTransform):
 
 def setup(app: Sphinx) -> dict[str, Any]:
     app.add_config_value("lengthgen_lab_port", 8888, "env", types=[int])
-    app.add_config_value("lengthgen_speed_file", "benchmarks/results/speed.json", "env", types=[str])
+    app.add_config_value(
+        "lengthgen_speed_file", "benchmarks/results/speed.json", "env", types=[str]
+    )
     app.connect("config-inited", set_version)
     app.connect("builder-inited", add_static)
     app.connect("builder-inited", html_handlers_for_singlehtml)
-    app.connect("build-finished", single_page_at_root, priority=900)  # after sphinx-external-toc's redirect
+    # after sphinx-external-toc's redirect
+    app.connect("build-finished", single_page_at_root, priority=900)
     app.connect("doctree-read", add_chapter_line)
-    app.connect("html-page-context", add_lab_button, priority=502)  # after the theme makes the list
+    # after the theme makes the list
+    app.connect("html-page-context", add_lab_button, priority=502)
     app.add_role("verdict", verdict_role)
     app.add_directive("cite-this", CiteThis)
     app.add_directive("verdict-summary", VerdictSummary)

@@ -1,15 +1,16 @@
-"""The book's baseline run on set complement: chapter 1 trains it, chapter 2 opens it up.
+"""The book's baseline run on set complement: chapter 1 trains it, chapter 2 opens it
+up.
 
-One place for the configuration, so that every chapter that says "the chapter-1 model" trains
-exactly the same thing. The numbers are the book's choice (the papers do not give theirs):
-``v = 16`` tokens, training prefixes ``s = 1..4``, one attention-only layer of width 64 with no
-positional encoding, 1000 AdamW steps (the pilot saw the same picture at 1000 and 3000 steps),
-five seeds trained as one batched computation.
+One place for the configuration, so that every chapter that says "the chapter-1 model"
+trains exactly the same thing. The numbers are the book's choice (the papers do not give
+theirs): ``v = 16`` tokens, training prefixes ``s = 1..4``, one attention-only layer of
+width 64 with no positional encoding, 1000 AdamW steps (the pilot saw the same picture
+at 1000 and 3000 steps), five seeds trained as one batched computation.
 """
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 import torch
@@ -46,10 +47,13 @@ SPECS: dict[str, Spec] = {
 def baseline_setup(
     targets: TargetKind = "soft", norm: NormPlacement = "none"
 ) -> tuple[SetComplement, ModelConfig, TrainConfig]:
-    """The baseline's (task, model config, training config); ``norm`` swaps only the placement."""
+    """The baseline's (task, model config, training config); ``norm`` swaps only the
+    placement."""
     task = SetComplement(v=V, train_length=TRAIN_LENGTH)
-    model_cfg = ModelConfig(vocab_size=V, d_model=D_MODEL, norm=norm)  # validates ``norm``
-    return task, model_cfg, TrainConfig(steps=STEPS, targets=targets)  # validates ``targets``
+    # validates ``norm``
+    model_cfg = ModelConfig(vocab_size=V, d_model=D_MODEL, norm=norm)
+    # validates ``targets``
+    return task, model_cfg, TrainConfig(steps=STEPS, targets=targets)
 
 
 def train_baseline(
@@ -59,9 +63,17 @@ def train_baseline(
     *,
     progress: bool = True,
 ) -> TrainResult:
-    """Train the baseline once per seed, all seeds in one batched :func:`~lengthgen_lite.core.training.train` call."""
+    """Train the baseline once per seed, all seeds in one batched
+    :func:`~lengthgen_lite.core.training.train` call."""
     task, model_cfg, train_cfg = baseline_setup(targets, norm)
-    return train(model_cfg, task, train_cfg, seeds, progress=progress, desc=f"{targets} targets, norm={norm}")
+    return train(
+        model_cfg,
+        task,
+        train_cfg,
+        seeds,
+        progress=progress,
+        desc=f"{targets} targets, norm={norm}",
+    )
 
 
 # --- what chapter 1 reads off the baseline (notebook 01) ------------------------------
@@ -71,7 +83,9 @@ def greedy_prediction(seen: Tensor) -> Tensor:
     """All probability on the smallest legal (unseen) token: [..., v] bool -> float.
 
     The model that top-1 accuracy calls perfect and TV calls far from p*."""
-    return torch.nn.functional.one_hot((~seen).int().argmax(dim=-1), seen.shape[-1]).float()
+    return torch.nn.functional.one_hot(
+        (~seen).int().argmax(dim=-1), seen.shape[-1]
+    ).float()
 
 
 def prediction_columns(
@@ -107,10 +121,12 @@ def book_choices(
     }
 
 
-def length_numbers(tables: Sequence[LengthTable], train_length: int) -> dict[str, float]:
+def length_numbers(
+    tables: Sequence[LengthTable], train_length: int
+) -> dict[str, float]:
     """The numbers the prose quotes about the soft-target model by length (glue name ->
-    rounded value); ``last_perfect`` is the last length up to which every seed's argmax is
-    always legal."""
+    rounded value); ``last_perfect`` is the last length up to which every seed's argmax
+    is always legal."""
     train_length = require_int("train_length", train_length, 1)
     tv, invalid = stack_metric(tables, "tv"), stack_metric(tables, "invalid_mass")
     top1, s = stack_metric(tables, "top1_legal"), tables[0].s
@@ -149,25 +165,29 @@ def summary_columns(spread: SeedSpread) -> dict[str, np.ndarray]:
 
 
 def fails_long_margin(tables: Sequence[LengthTable]) -> np.ndarray:
-    """TV at the longest length minus 0.5, per seed: [K], > 0 where a seed fails there."""
+    """TV at the longest length minus 0.5, per seed: [K], > 0 where a seed fails
+    there."""
     return stack_metric(tables, "tv")[:, -1] - 0.5
 
 
 def scorecard(tables: Sequence[LengthTable], train_length: int) -> list[Claim]:
-    """Chapter 1's scorecard row, the premise of both papers: every seed fits the training
-    lengths (TV below 0.01), fails the longest input (TV above 0.5) and gets worse at every
-    step in between. ``tables``: the soft-target model, one per seed."""
+    """Chapter 1's scorecard row, the premise of both papers: every seed fits the
+    training lengths (TV below 0.01), fails the longest input (TV above 0.5) and gets
+    worse at every step in between. ``tables``: the soft-target model, one per seed."""
     train_length = require_int("train_length", train_length, 1)
     tv = stack_metric(tables, "tv")
     inside = tv[:, :train_length]
     rising = (np.diff(tv[:, train_length - 1 :], axis=1) > 0).all(axis=1)
-    worse_beyond = (fails_long_margin(tables) > 0) & (inside.max(axis=1) < 0.01) & rising
+    worse_beyond = (
+        (fails_long_margin(tables) > 0) & (inside.max(axis=1) < 0.01) & rising
+    )
     spread = aggregate_seeds(tables)
     longest = int(tables[0].s[-1])
     # two decimals: the seeds' TV at s = v-1 spans about 0.01
     number = (
         f"soft targets, TV at s = {longest}: {spread.mean.tv[-1]:.2f} (range "
-        f"{spread.low.tv[-1]:.2f}–{spread.high.tv[-1]:.2f}) vs at most {inside.max():.4f} "
+        f"{spread.low.tv[-1]:.2f}–{spread.high.tv[-1]:.2f}) vs at most "
+        f"{inside.max():.4f} "
         f"at the training lengths s ≤ {train_length}; {len(tables)} seeds"
     )
     verdict_word = verdict(worse_beyond.all(), partly=worse_beyond.any())

@@ -1,12 +1,13 @@
-"""Chapter 2's measurements of dispersion: the power-law exponent of the logit gap, and how far
-from -1 the attention itself lets it be.
+"""Chapter 2's measurements of dispersion: the power-law exponent of the logit gap, and
+how far from -1 the attention itself lets it be.
 
-Under the balanced reading of the logits (each seen token lowers its own logit by c times its
-attention weight), the gap after s tokens is c times the smallest weight on a seen token other than
-the query. Uniform attention gives c/s, an exponent of exactly -1; a model whose ``s * min a``
-varies by a factor ``spread`` over the lengths can move the fitted exponent by at most
-:func:`exponent_slack` ``(s, spread)``. Chapter 2 uses that bound as its tolerance, so the
-tolerance comes from the model's attention, not from the gap it is compared with.
+Under the balanced reading of the logits (each seen token lowers its own logit by c
+times its attention weight), the gap after s tokens is c times the smallest weight on a
+seen token other than the query. Uniform attention gives c/s, an exponent of exactly -1;
+a model whose ``s * min a`` varies by a factor ``spread`` over the lengths can move the
+fitted exponent by at most :func:`exponent_slack` ``(s, spread)``. Chapter 2 uses that
+bound as its tolerance, so the tolerance comes from the model's attention, not from the
+gap it is compared with.
 """
 
 from __future__ import annotations
@@ -25,7 +26,9 @@ from ..runs.scorecard import Claim, verdict
 def _lengths(s: Sequence[float]) -> np.ndarray:
     s = np.asarray(s, dtype=float)
     if s.ndim != 1 or len(s) < 2 or not np.all(s > 0) or len(np.unique(s)) != len(s):
-        raise ValueError(f"s must be at least two distinct positive lengths, got {s.tolist()!r}")
+        raise ValueError(
+            f"s must be at least two distinct positive lengths, got {s.tolist()!r}"
+        )
     return s
 
 
@@ -34,35 +37,56 @@ def power_law_exponent(s: Sequence[float], y: Sequence[float]) -> float:
     s = _lengths(s)
     y = np.asarray(y, dtype=float)
     if y.shape != s.shape or not np.all(y > 0):
-        raise ValueError(f"y must hold one positive value per length ({len(s)}), got {y.tolist()!r}")
+        raise ValueError(
+            f"y must hold one positive value per length ({len(s)}), got {y.tolist()!r}"
+        )
     return loglog_slope(s, y)
 
 
 def exponent_slack(s: Sequence[float], spread: float) -> float:
-    """The largest change of the fitted exponent when ``s * y`` varies by a factor ``spread`` over ``s``.
+    """The largest change of the fitted exponent when ``s * y`` varies by a factor
+    ``spread`` over ``s``.
 
-    If y = c/s times a factor that stays in [f, f * spread], log(s y) lies in a band of width
-    log(spread), and a least-squares slope over the lengths s can move by at most
+    If y = c/s times a factor that stays in [f, f * spread], log(s y) lies in a band of
+    width log(spread), and a least-squares slope over the lengths s can move by at most
     log(spread) * sum_{x_i > mean}(x_i - mean) / sum(x_i - mean)^2, with x = log s.
     """
     x = np.log(_lengths(s))
-    if isinstance(spread, bool) or not isinstance(spread, (int, float, np.floating)) or not spread >= 1:
-        raise ValueError(f"spread must be a number >= 1 (largest over smallest factor), got {spread!r}")
+    if (
+        isinstance(spread, bool)
+        or not isinstance(spread, (int, float, np.floating))
+        or not spread >= 1
+    ):
+        raise ValueError(
+            "spread must be a number >= 1 (largest over smallest factor), "
+            f"got {spread!r}"
+        )
     centred = x - x.mean()
     return float(np.log(spread) * centred[centred > 0].sum() / (centred**2).sum())
 
 
 def scaled_min_weight(pattern: np.ndarray) -> np.ndarray:
-    """Mean over sequences of ``s * min_j a_j`` over the seen tokens before the query, for s = 2..L.
+    """Mean over sequences of ``s * min_j a_j`` over the seen tokens before the query,
+    for s = 2..L.
 
-    ``pattern`` is [batch, query_pos, key_pos] (one head). 1 for uniform attention; the balanced
-    reading's gap is c/s times this factor (the least-attended seen token sets the gap).
+    ``pattern`` is [batch, query_pos, key_pos] (one head). 1 for uniform attention; the
+    balanced reading's gap is c/s times this factor (the least-attended seen token sets
+    the gap).
     """
     pattern = np.asarray(pattern, dtype=float)
-    if pattern.ndim != 3 or pattern.shape[1] != pattern.shape[2] or pattern.shape[1] < 2:
-        raise ValueError(f"pattern must be [batch, query_pos, key_pos] with at least 2 positions, got {pattern.shape}")
+    if (
+        pattern.ndim != 3
+        or pattern.shape[1] != pattern.shape[2]
+        or pattern.shape[1] < 2
+    ):
+        raise ValueError(
+            "pattern must be [batch, query_pos, key_pos] with at least 2 "
+            f"positions, got {pattern.shape}"
+        )
     length = pattern.shape[1]
-    return np.array([((q + 1) * pattern[:, q, :q].min(axis=-1)).mean() for q in range(1, length)])
+    return np.array(
+        [((q + 1) * pattern[:, q, :q].min(axis=-1)).mean() for q in range(1, length)]
+    )
 
 
 # --- the chapter's measurements on trained models (notebook 02) ----------------------
@@ -75,18 +99,22 @@ def departure_from_uniform(
     [batch, v-1]: the mean of ``|s a - 1|`` on the query's own token (s >= 2) and on the
     earlier tokens, [K, 2]; and :func:`scaled_min_weight`, [K, v-2]."""
     if not models:
-        raise ValueError("models must hold at least one model (e.g. TrainResult.models)")
+        raise ValueError(
+            "models must hold at least one model (e.g. TrainResult.models)"
+        )
     n_pos = tokens.shape[1]
     s = np.arange(1, n_pos + 1)
     own = np.eye(n_pos, dtype=bool)  # query s, key s: the query's own token
-    earlier = np.tril(np.ones((n_pos, n_pos), dtype=bool), k=-1)  # keys before the query
+    # keys before the query
+    earlier = np.tril(np.ones((n_pos, n_pos), dtype=bool), k=-1)
     departure, min_weight = [], []
     for model in models:
         _, cache = run_with_cache(model, tokens, names=[PATTERN])
         weights = cache[PATTERN][:, 0].numpy()  # [batch, query, key]
         rel = np.abs(weights * s[:, None] - 1)  # |s a - 1|
         departure.append((rel[:, own][:, 1:].mean(), rel[:, earlier].mean()))
-        min_weight.append(scaled_min_weight(weights))  # s * least attended earlier token
+        # s * least attended earlier token
+        min_weight.append(scaled_min_weight(weights))
     return np.array(departure), np.array(min_weight)
 
 
@@ -120,10 +148,10 @@ def spread(tables: Sequence[LengthTable]) -> Spread:
 
 
 def dispersion_claim(spreads: Mapping[str, Spread]) -> tuple[np.ndarray, Claim]:
-    """Scorecard: attention disperses. The test a sharp head fails: no token gets twice its
-    uniform share 1/s, at any s >= 2, in any seed. Returns the margins ``2 - s max a``
-    [runs, K] (> 0 where it holds) and the claim; ``spreads`` holds "soft targets" and
-    "sampled targets"."""
+    """Scorecard: attention disperses. The test a sharp head fails: no token gets twice
+    its uniform share 1/s, at any s >= 2, in any seed. Returns the margins ``2 - s max
+    a`` [runs, K] (> 0 where it holds) and the claim; ``spreads`` holds "soft targets"
+    and "sampled targets"."""
     margins = {name: 2 - sp.peak.max(axis=1) for name, sp in spreads.items()}
     holds_per_run = [bool((margin > 0).all()) for margin in margins.values()]
     soft, sampled = spreads["soft targets"], spreads["sampled targets"]
@@ -140,11 +168,10 @@ def dispersion_claim(spreads: Mapping[str, Spread]) -> tuple[np.ndarray, Claim]:
     return np.stack(list(margins.values())), claim
 
 
-def gap_claim(
-    slopes: Mapping[str, np.ndarray], tolerance: float, v: int
-) -> Claim:
-    """Scorecard: the gap shrinks like 1/s (soft targets: exponent -1 within ``tolerance``
-    in every seed); sampled targets shrink it faster. ``slopes``: [K] per run."""
+def gap_claim(slopes: Mapping[str, np.ndarray], tolerance: float, v: int) -> Claim:
+    """Scorecard: the gap shrinks like 1/s (soft targets: exponent -1 within
+    ``tolerance`` in every seed); sampled targets shrink it faster. ``slopes``: [K] per
+    run."""
     soft, sampled = slopes["soft targets"], slopes["sampled targets"]
     within = np.abs(soft + 1) < tolerance  # [K]
     number = (
@@ -163,7 +190,9 @@ def gap_exponents(
     attention gives it (:func:`exponent_slack` of ``s min a``'s spread): two [K] arrays.
     ``gap`` [K, v-1]; ``min_weight`` [K, v-2] (:func:`scaled_min_weight`)."""
     slopes = np.array([power_law_exponent(s[1:], row[1:]) for row in gap])
-    slack = np.array([exponent_slack(s[1:], row.max() / row.min()) for row in min_weight])
+    slack = np.array(
+        [exponent_slack(s[1:], row.max() / row.min()) for row in min_weight]
+    )
     return slopes, slack
 
 
@@ -211,6 +240,7 @@ def gap_numbers(
 
 def implied_invalid_mass(gap: np.ndarray, v: int) -> np.ndarray:
     """The invalid mass ``m(gap)`` if every seen token sat exactly ``gap`` below every
-    legal one and the legal tokens were tied: ``s e^-g / (s e^-g + v - s)``, [..., v-1]."""
+    legal one and the legal tokens were tied: ``s e^-g / (s e^-g + v - s)``, [...,
+    v-1]."""
     s = np.arange(1, np.shape(gap)[-1] + 1)
     return s * np.exp(-gap) / (s * np.exp(-gap) + v - s)

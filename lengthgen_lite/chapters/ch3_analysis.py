@@ -1,16 +1,17 @@
 """Chapter 3 by training: does gradient descent find the construction's width threshold?
 
-:class:`LengthOneTwo` serves every input of lengths 1-2 as one full batch; :func:`dimension_sweep`
-trains at each width d and reads the fit, the per-input KL and the pair of tokens a stalled run
-confuses. The hand-built side (weights, margins, the LN gap) is :mod:`.ch3_construction`.
+:class:`LengthOneTwo` serves every input of lengths 1-2 as one full batch;
+:func:`dimension_sweep` trains at each width d and reads the fit, the per-input KL and
+the pair of tokens a stalled run confuses. The hand-built side (weights, margins, the LN
+gap) is :mod:`.ch3_construction`.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import cached_property
-from typing import Mapping, Sequence
 
 import numpy as np
 import torch
@@ -26,11 +27,13 @@ from .ch3_construction import _check_positive, _check_v, _is_int
 
 @dataclass(frozen=True)
 class LengthOneTwo:
-    """Every input of length 1 and 2 over v tokens, each counted once, served as one full batch.
+    """Every input of length 1 and 2 over v tokens, each counted once, served as one
+    full batch.
 
-    The v(v-1) length-2 sequences give every length-2 input at position 1; position 0 repeats each
-    length-1 input v-1 times, so the loss mask keeps it once (in its first sequence). With soft
-    targets the loss is then the mean cross-entropy over the v + v(v-1) inputs of lengths 1-2.
+    The v(v-1) length-2 sequences give every length-2 input at position 1; position 0
+    repeats each length-1 input v-1 times, so the loss mask keeps it once (in its first
+    sequence). With soft targets the loss is then the mean cross-entropy over the v +
+    v(v-1) inputs of lengths 1-2.
     """
 
     v: int
@@ -54,38 +57,49 @@ class LengthOneTwo:
 
     @cached_property
     def _full_batch(self) -> Batch:
-        tokens = enumerate_sequences(self.v, 2)  # [v(v-1), 2], lexicographic: first token sorted
+        # [v(v-1), 2], lexicographic: first token sorted
+        tokens = enumerate_sequences(self.v, 2)
         mask = torch.ones(tokens.shape, dtype=torch.bool)
-        mask[:, 0] = torch.arange(self.n_sequences) % (self.v - 1) == 0  # first sequence per first token
+        # first sequence per first token
+        mask[:, 0] = torch.arange(self.n_sequences) % (self.v - 1) == 0
         return Batch(tokens, target_distribution(tokens, self.v), mask)
 
-    def sample_train_batch(self, batch: int, size: int, generator: torch.Generator) -> Batch:
+    def sample_train_batch(
+        self, batch: int, size: int, generator: torch.Generator
+    ) -> Batch:
         if batch != self.n_sequences or size != 2:
             raise ValueError(
-                f"LengthOneTwo serves the full batch of v(v-1) = {self.n_sequences} length-2 sequences; "
-                f"use TrainConfig(batch={self.n_sequences}) (got batch={batch!r}, size={size!r})"
+                "LengthOneTwo serves the full batch of v(v-1) = "
+                f"{self.n_sequences} length-2 sequences; "
+                f"use TrainConfig(batch={self.n_sequences}) (got "
+                f"batch={batch!r}, size={size!r})"
             )
         return self.full_batch()
 
     def entropy_floor(self) -> float:
-        """The lowest reachable loss: the mean entropy of p* over the inputs, in nats."""
+        """The lowest reachable loss: the mean entropy of p* over the inputs, in
+        nats."""
         v = self.v
         return (v * math.log(v - 1) + v * (v - 1) * math.log(v - 2)) / (v + v * (v - 1))
 
 
 @torch.no_grad()
 def input_kl(model: nn.Module, v: int) -> tuple[np.ndarray, np.ndarray]:
-    """KL(p* || model) in nats on every input: ([v] by token at length 1, [v, v] by (t_1, t_2) at length 2).
+    """KL(p* || model) in nats on every input: ([v] by token at length 1, [v, v] by
+    (t_1, t_2) at length 2).
 
     The diagonal of the length-2 table (repeated tokens: not an input) is NaN.
     """
     task = LengthOneTwo(v)
     batch = task.full_batch()
     logits = model(batch.inputs)  # [v(v-1), 2, v]
-    kl = metrics.kl_divergence(batch.targets.to(logits.dtype), logits).double().numpy()  # [v(v-1), 2]
+    # [v(v-1), 2]
+    kl = metrics.kl_divergence(batch.targets.to(logits.dtype), logits).double().numpy()
     first, second = batch.inputs[:, 0].numpy(), batch.inputs[:, 1].numpy()
     length_one = np.zeros(v)
-    length_one[first[batch.loss_mask[:, 0].numpy()]] = kl[batch.loss_mask[:, 0].numpy(), 0]
+    length_one[first[batch.loss_mask[:, 0].numpy()]] = kl[
+        batch.loss_mask[:, 0].numpy(), 0
+    ]
     length_two = np.full((v, v), np.nan)
     length_two[first, second] = kl[:, 1]
     return length_one, length_two
@@ -93,9 +107,11 @@ def input_kl(model: nn.Module, v: int) -> tuple[np.ndarray, np.ndarray]:
 
 @torch.no_grad()
 def length_one_two_fit(model: nn.Module, v: int) -> tuple[float, float]:
-    """(excess loss in nats, smallest margin) of ``model`` over all inputs of lengths 1-2.
+    """(excess loss in nats, smallest margin) of ``model`` over all inputs of lengths
+    1-2.
 
-    The excess loss is the mean KL(p* || model) over the v + v(v-1) inputs: 0 only at a perfect fit.
+    The excess loss is the mean KL(p* || model) over the v + v(v-1) inputs: 0 only at a
+    perfect fit.
     """
     task = LengthOneTwo(v)
     batch = task.full_batch()
@@ -108,30 +124,39 @@ def length_one_two_fit(model: nn.Module, v: int) -> tuple[float, float]:
 
 @dataclass(frozen=True)
 class TiedPair:
-    """The two tokens a stalled run confuses most, and its KL where exactly one of them is present."""
+    """The two tokens a stalled run confuses most, and its KL where exactly one of them
+    is present."""
 
     tokens: tuple[int, int]
-    kl_exactly_one: float  # mean KL over the length-2 inputs holding exactly one of the pair (nats)
+    # mean KL over the length-2 inputs holding exactly one of the pair (nats)
+    kl_exactly_one: float
     kl_others: float  # mean KL over the remaining length-2 inputs (nats)
 
     @staticmethod
     def split_cost(v: int) -> float:
-        """log 2 / (v - 2): the KL of splitting the absent one's mass 1/(v-2) evenly over the pair."""
+        """log 2 / (v - 2): the KL of splitting the absent one's mass 1/(v-2) evenly
+        over the pair."""
         _check_v(v, minimum=3)
         return math.log(2.0) / (v - 2)
 
 
 def tied_pair(kl_two: np.ndarray) -> TiedPair:
-    """Find the pair of tokens with the largest mean KL over the length-2 inputs that contain them.
+    """Find the pair of tokens with the largest mean KL over the length-2 inputs that
+    contain them.
 
-    A model that cannot tell two tokens apart as context loses ``TiedPair.split_cost(v)`` on every
-    input holding exactly one of them, and nothing elsewhere.
+    A model that cannot tell two tokens apart as context loses
+    ``TiedPair.split_cost(v)`` on every input holding exactly one of them, and nothing
+    elsewhere.
     """
     kl_two = np.asarray(kl_two, dtype=float)
     v = kl_two.shape[0]
     if kl_two.ndim != 2 or kl_two.shape != (v, v) or v < 3:
-        raise ValueError(f"kl_two must be a [v, v] table with v >= 3, got shape {kl_two.shape}")
-    score = np.array([np.nanmean(np.concatenate([kl_two[x], kl_two[:, x]])) for x in range(v)])
+        raise ValueError(
+            f"kl_two must be a [v, v] table with v >= 3, got shape {kl_two.shape}"
+        )
+    score = np.array(
+        [np.nanmean(np.concatenate([kl_two[x], kl_two[:, x]])) for x in range(v)]
+    )
     a, b = sorted(int(x) for x in np.argsort(-score, kind="stable")[:2])
     inside = np.isin(np.arange(v), [a, b])
     exactly_one = inside[:, None] ^ inside[None, :]  # [v, v]
@@ -145,47 +170,67 @@ def tied_pair(kl_two: np.ndarray) -> TiedPair:
 
 @dataclass(frozen=True)
 class DimensionSweep:
-    """Training on all inputs of lengths 1-2 for each width d: arrays are [len(dims), len(seeds)]."""
+    """Training on all inputs of lengths 1-2 for each width d: arrays are [len(dims),
+    len(seeds)]."""
 
     v: int
     dims: np.ndarray  # d_model = d_head = d
     seeds: np.ndarray
-    best_excess: np.ndarray  # lowest training loss minus the entropy floor, over all steps (nats)
+    # lowest training loss minus the entropy floor, over all steps (nats)
+    best_excess: np.ndarray
     final_excess: np.ndarray  # excess loss of the final weights (nats)
-    final_margin: np.ndarray  # smallest logit margin of the final weights over all inputs
-    curves: np.ndarray  # [len(dims), steps, len(seeds)] training loss minus the entropy floor
-    kl_length_one: np.ndarray  # [len(dims), len(seeds), v] final KL per length-1 input (``input_kl``)
-    kl_length_two: np.ndarray  # [len(dims), len(seeds), v, v] final KL per length-2 input, NaN diagonal
+    # smallest logit margin of the final weights over all inputs
+    final_margin: np.ndarray
+    # [len(dims), steps, len(seeds)] training loss minus the entropy floor
+    curves: np.ndarray
+    # [len(dims), len(seeds), v] final KL per length-1 input (``input_kl``)
+    kl_length_one: np.ndarray
+    # [len(dims), len(seeds), v, v] final KL per length-2 input, NaN diagonal
+    kl_length_two: np.ndarray
 
     def fits(self, threshold: float) -> np.ndarray:
-        """[len(dims), len(seeds)] bool: the final excess loss is below ``threshold`` nats."""
+        """[len(dims), len(seeds)] bool: the final excess loss is below ``threshold``
+        nats."""
         _check_positive("threshold", threshold)
         return self.final_excess < threshold
 
 
 def dimension_sweep(
-    v: int, dims: Sequence[int], seeds: Sequence[int], cfg: TrainConfig, progress: bool = True
+    v: int,
+    dims: Sequence[int],
+    seeds: Sequence[int],
+    cfg: TrainConfig,
+    progress: bool = True,
 ) -> DimensionSweep:
-    """Fit lengths 1-2 exactly (soft targets, full batch) at d_model = d_head = d for each d in ``dims``.
+    """Fit lengths 1-2 exactly (soft targets, full batch) at d_model = d_head = d for
+    each d in ``dims``.
 
-    The seeds of one d are trained together in one ``train`` call. Returns every run's loss curve,
-    its best loss and the final weights' fit (chapter 3's "exists vs is found").
+    The seeds of one d are trained together in one ``train`` call. Returns every run's
+    loss curve, its best loss and the final weights' fit (chapter 3's "exists vs is
+    found").
     """
     task = LengthOneTwo(v)
     if cfg.batch != task.n_sequences or cfg.targets != "soft":
         raise ValueError(
-            f"dimension_sweep needs TrainConfig(batch={task.n_sequences}, targets='soft'), got "
+            f"dimension_sweep needs TrainConfig(batch={task.n_sequences}, "
+            "targets='soft'), got "
             f"batch={cfg.batch}, targets={cfg.targets!r}"
         )
     dims = list(dims)
     if not dims or any(not _is_int(d) or d < 1 for d in dims):
-        raise ValueError(f"dims must be a non-empty list of positive ints, got {dims!r}")
+        raise ValueError(
+            f"dims must be a non-empty list of positive ints, got {dims!r}"
+        )
     dims = [int(d) for d in dims]
     floor = task.entropy_floor()
     curves, final_excess, final_margin, kl_one, kl_two = [], [], [], [], []
     for d in dims:
-        model_cfg = ModelConfig(vocab_size=v, d_model=d, n_heads=1, d_head=d, norm="none")
-        result = train(model_cfg, task, cfg, seeds, progress=progress, desc=f"v={v}, d={d}")
+        model_cfg = ModelConfig(
+            vocab_size=v, d_model=d, n_heads=1, d_head=d, norm="none"
+        )
+        result = train(
+            model_cfg, task, cfg, seeds, progress=progress, desc=f"v={v}, d={d}"
+        )
         curves.append(result.loss.astype(np.float64) - floor)
         fits = [length_one_two_fit(model, v) for model in result.models]
         final_excess.append([f[0] for f in fits])
@@ -210,11 +255,15 @@ def dimension_sweep(
 # --- what chapter 3 reads off its width sweeps, and its scorecard rows (notebook 03) -
 
 
-def fits_at(sweeps: Mapping[int, DimensionSweep], threshold: float, offset: int) -> dict[int, int]:
+def fits_at(
+    sweeps: Mapping[int, DimensionSweep], threshold: float, offset: int
+) -> dict[int, int]:
     """How many seeds fit at width ``d = v + offset``, per sweep (v -> count)."""
     counts = {}
     for v, sweep in sweeps.items():
-        counts[v] = int(sweep.fits(threshold)[sweep.dims.tolist().index(v + offset)].sum())
+        counts[v] = int(
+            sweep.fits(threshold)[sweep.dims.tolist().index(v + offset)].sum()
+        )
     return counts
 
 
@@ -223,7 +272,9 @@ def _below(sweep: DimensionSweep) -> int:
     return sweep.dims.tolist().index(sweep.v - 2)
 
 
-def sweep_numbers(sweeps: Mapping[int, DimensionSweep], threshold: float) -> dict[str, float]:
+def sweep_numbers(
+    sweeps: Mapping[int, DimensionSweep], threshold: float
+) -> dict[str, float]:
     """The numbers the prose quotes from the width sweeps (glue name -> value)."""
     numbers: dict[str, float] = {}
     at, above = fits_at(sweeps, threshold, -1), fits_at(sweeps, threshold, 0)
@@ -242,11 +293,16 @@ def sweep_numbers(sweeps: Mapping[int, DimensionSweep], threshold: float) -> dic
 def lower_bound_claim(
     sweeps: Mapping[int, DimensionSweep], threshold: float
 ) -> tuple[np.ndarray, Claim]:
-    """Scorecard: d <= v-2 never fits (the lower bound), over every run below the threshold
-    width. Returns each such run's excess loss above ``threshold`` [widths, seeds] (the
-    claim's margins) and the claim."""
-    below_runs = [sweep.fits(threshold)[: _below(sweep) + 1] for sweep in sweeps.values()]
-    n_fit, n_runs = sum(int(f.sum()) for f in below_runs), sum(f.size for f in below_runs)
+    """Scorecard: d <= v-2 never fits (the lower bound), over every run below the
+    threshold width. Returns each such run's excess loss above ``threshold`` [widths,
+    seeds] (the claim's margins) and the claim."""
+    below_runs = [
+        sweep.fits(threshold)[: _below(sweep) + 1] for sweep in sweeps.values()
+    ]
+    n_fit, n_runs = (
+        sum(int(f.sum()) for f in below_runs),
+        sum(f.size for f in below_runs),
+    )
     below_excess = np.concatenate(
         [sweep.best_excess[: _below(sweep) + 1] for sweep in sweeps.values()]
     )  # [widths, seeds]
@@ -256,25 +312,30 @@ def lower_bound_claim(
     )
     K = len(next(iter(sweeps.values())).seeds)
     number = (
-        f"{n_fit}/{n_runs} trained runs fit all inputs of lengths 1-2 at d ≤ v-2 ({widths}; "
+        f"{n_fit}/{n_runs} trained runs fit all inputs of lengths 1-2 at d ≤ "
+        f"v-2 ({widths}; "
         f"{K} seeds each; fit = excess loss below {threshold} nats)"
     )
-    return below_excess - threshold, Claim("ch3-score-lower-bound", verdict(n_fit == 0), number)
+    return below_excess - threshold, Claim(
+        "ch3-score-lower-bound", verdict(n_fit == 0), number
+    )
 
 
 def sufficient_claim(
     sweeps: Mapping[int, DimensionSweep], threshold: float, precise: bool
 ) -> Claim:
-    """Scorecard: d = v-1 suffices, shown by the hand-built models (``precise``: all of them
-    have precision exactly C), so a demonstration; the number adds how often training at
-    d = v-1 and at d = v+1 finds a fit."""
+    """Scorecard: d = v-1 suffices, shown by the hand-built models (``precise``: all of
+    them have precision exactly C), so a demonstration; the number adds how often
+    training at d = v-1 and at d = v+1 finds a fit."""
     at, above = fits_at(sweeps, threshold, -1), fits_at(sweeps, threshold, 1)
     K = len(next(iter(sweeps.values())).seeds)
     (v1, at1), (v2, at2) = list(at.items())[:2]
     above_text = " and ".join(f"{n}/{K}" for n in above.values())
     number = (
-        "hand-built model at d = v-1 has precision exactly C (v = 4, 8, 16); trained at "
-        f"d = v-1 it fits in {at1}/{K} seeds (v = {v1}) and {at2}/{K} (v = {v2}), at d = v+1 "
+        "hand-built model at d = v-1 has precision exactly C (v = 4, 8, 16); "
+        "trained at "
+        f"d = v-1 it fits in {at1}/{K} seeds (v = {v1}) and {at2}/{K} (v = "
+        f"{v2}), at d = v+1 "
         f"in {above_text}"
     )
     return Claim("ch3-score-sufficient", demonstration(precise), number)
@@ -292,7 +353,9 @@ class TiedPairSurvey:
     example: tuple[int, TiedPair] | None
 
 
-def tied_pair_survey(sweeps: Mapping[int, DimensionSweep], threshold: float) -> TiedPairSurvey:
+def tied_pair_survey(
+    sweeps: Mapping[int, DimensionSweep], threshold: float
+) -> TiedPairSurvey:
     """Look for one tied pair in every run that does not fit at d = v-1 (a stall)."""
     lines, stalled_total, one_pair_total, example = [], 0, 0, None
     ratios = {}
@@ -302,13 +365,20 @@ def tied_pair_survey(sweeps: Mapping[int, DimensionSweep], threshold: float) -> 
         stalled = ~sweep.fits(threshold)[at]
         for k in np.flatnonzero(stalled):
             pair = tied_pair(sweep.kl_length_two[at, k])
-            is_pair = abs(pair.kl_exactly_one / cost - 1) < 0.05 and pair.kl_others < 0.1 * cost
-            stalled_total, one_pair_total = stalled_total + 1, one_pair_total + int(is_pair)
+            is_pair = (
+                abs(pair.kl_exactly_one / cost - 1) < 0.05
+                and pair.kl_others < 0.1 * cost
+            )
+            stalled_total, one_pair_total = (
+                stalled_total + 1,
+                one_pair_total + int(is_pair),
+            )
             if is_pair and v == 8 and example is None:
                 example = (int(k), pair)
             lines.append(
                 f"{v:2d}  {k:4d}  {str(pair.tokens):9s}  {pair.kl_exactly_one:28.4f}  "
-                f"{cost:10.4f}  {pair.kl_others:12.4f}" + ("  <- one tied pair" if is_pair else "")
+                f"{cost:10.4f}  {pair.kl_others:12.4f}"
+                + ("  <- one tied pair" if is_pair else "")
             )
         stalled_best = np.median(sweep.best_excess[at][stalled])
         ratios[v] = float(stalled_best / np.min(sweep.best_excess[_below(sweep)]))
@@ -318,12 +388,15 @@ def tied_pair_survey(sweeps: Mapping[int, DimensionSweep], threshold: float) -> 
 def kl_examples(
     sweep: DimensionSweep, threshold: float, stalled: tuple[int, TiedPair]
 ) -> dict[str, np.ndarray]:
-    """The per-input KL tables at d = v-1 of one stalled run and, if any, the first run that
-    fits (label -> [v, v])."""
+    """The per-input KL tables at d = v-1 of one stalled run and, if any, the first run
+    that fits (label -> [v, v])."""
     at = sweep.dims.tolist().index(sweep.v - 1)
     k, pair = stalled
-    tables = {f"seed {k}: stalled, tokens {pair.tokens} tied": sweep.kl_length_two[at, k]}
-    fitted = np.flatnonzero(sweep.fits(threshold)[at])  # may be empty on another machine
+    tables = {
+        f"seed {k}: stalled, tokens {pair.tokens} tied": sweep.kl_length_two[at, k]
+    }
+    # may be empty on another machine
+    fitted = np.flatnonzero(sweep.fits(threshold)[at])
     if len(fitted):
         tables[f"seed {fitted[0]}: fitted"] = sweep.kl_length_two[at, fitted[0]]
     return tables

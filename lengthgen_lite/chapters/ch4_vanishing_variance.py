@@ -1,22 +1,24 @@
-"""Vanishing variance (chapter 4): the Monte-Carlo law, the distribution-shift statistics, and
-the retrieval experiments (runner, per-N evaluation, interventions).
+"""Vanishing variance (chapter 4): the Monte-Carlo law, the distribution-shift
+statistics, and the retrieval experiments (runner, per-N evaluation, interventions).
 
-A single attention head with a fixed query over N i.i.d. items outputs ``o = sum_i a_i v_i``. With
-uniform weights ``Var(o_j) = sigma_j^2 / N``; with weights independent of zero-mean values
-``Var(o_j) = sigma_j^2 E[1 / N_eff]``, ``N_eff = 1 / sum_i a_i^2``. ``random_head_outputs`` samples
-``o`` so a notebook can check both; ``shift_statistics`` summarises any [samples, d] set of outputs.
+A single attention head with a fixed query over N i.i.d. items outputs ``o = sum_i a_i
+v_i``. With uniform weights ``Var(o_j) = sigma_j^2 / N``; with weights independent of
+zero-mean values ``Var(o_j) = sigma_j^2 E[1 / N_eff]``, ``N_eff = 1 / sum_i a_i^2``.
+``random_head_outputs`` samples ``o`` so a notebook can check both; ``shift_statistics``
+summarises any [samples, d] set of outputs.
 
-The retrieval model itself (``RetrievalTransformer``, ``retrieval_config``) and the two tasks live
-in :mod:`lengthgen_lite.core.retrieval`; here every variant is trained (:func:`run_variants`) and read at
-every set size N (:func:`evaluate_retrieval`): accuracy, attention, and the shift statistics before
-(``blocks.0.hook_attn_out``) and after (``blocks.0.ln_attn_out.hook_normalized``) the norm.
+The retrieval model itself (``RetrievalTransformer``, ``retrieval_config``) and the two
+tasks live in :mod:`lengthgen_lite.core.retrieval`; here every variant is trained
+(:func:`run_variants`) and read at every set size N (:func:`evaluate_retrieval`):
+accuracy, attention, and the shift statistics before (``blocks.0.hook_attn_out``) and
+after (``blocks.0.ln_attn_out.hook_normalized``) the norm.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 import numpy as np
 import torch
@@ -40,7 +42,8 @@ from ..runs.scorecard import Claim, demonstration, verdict
 
 @dataclass(frozen=True)
 class RandomHead:
-    """One random head: W_Q, W_K, W_V ~ N(0, 1/d_model) entries, a fixed query q ~ N(0, I)."""
+    """One random head: W_Q, W_K, W_V ~ N(0, 1/d_model) entries, a fixed query q ~ N(0,
+    I)."""
 
     w_q: Tensor  # [d_model, d_model]
     w_k: Tensor  # [d_model, d_model]
@@ -52,8 +55,13 @@ class RandomHead:
         return self.query.shape[0]
 
     def logit_std(self, logit_scale: float) -> float:
-        """tau: the std of the logits s_i for x ~ N(0, I) (they are Gaussian, N(0, tau^2))."""
-        return float(logit_scale * (self.w_k.T @ (self.w_q @ self.query)).norm() / math.sqrt(self.d_model))
+        """tau: the std of the logits s_i for x ~ N(0, I) (they are Gaussian, N(0,
+        tau^2))."""
+        return float(
+            logit_scale
+            * (self.w_k.T @ (self.w_q @ self.query)).norm()
+            / math.sqrt(self.d_model)
+        )
 
     @property
     def value_std(self) -> np.ndarray:
@@ -62,11 +70,15 @@ class RandomHead:
 
 
 def random_head(d_model: int = 64, seed: int = 0) -> RandomHead:
-    """The head's weights, fixed by ``seed`` (its own generator: independent of the items' stream)."""
+    """The head's weights, fixed by ``seed`` (its own generator: independent of the
+    items' stream)."""
     if not is_int(d_model) or d_model < 1:
         raise ValueError(f"d_model must be a positive int, got {d_model!r}")
     g = make_generator(seed)
-    w_q, w_k, w_v = (torch.randn(d_model, d_model, generator=g) / math.sqrt(d_model) for _ in range(3))
+    w_q, w_k, w_v = (
+        torch.randn(d_model, d_model, generator=g) / math.sqrt(d_model)
+        for _ in range(3)
+    )
     return RandomHead(w_q, w_k, w_v, torch.randn(d_model, generator=g))
 
 
@@ -80,38 +92,54 @@ class HeadSample:
 
 @torch.no_grad()
 def random_head_outputs(
-    head: RandomHead, N: int, n_sequences: int, logit_scale: float, generator: torch.Generator, chunk: int = 32,
+    head: RandomHead,
+    N: int,
+    n_sequences: int,
+    logit_scale: float,
+    generator: torch.Generator,
+    chunk: int = 32,
     item_mean: float = 0.0,
 ) -> HeadSample:
-    """Sample x_i ~ N(item_mean, I), i = 1..N, ``n_sequences`` times; logits ``logit_scale q W_Q^T W_K x_i / sqrt(d)``.
+    """Sample x_i ~ N(item_mean, I), i = 1..N, ``n_sequences`` times; logits
+    ``logit_scale q W_Q^T W_K x_i / sqrt(d)``.
 
-    ``logit_scale`` sets the sharpness: 0 gives exactly uniform attention, larger is sharper.
-    ``item_mean`` shifts every item by the same constant vector (every entry ``item_mean``): the
-    values then have a non-zero mean, and the logits all move by one constant, which the softmax
-    ignores. Sequences are drawn ``chunk`` at a time: small chunks keep every tensor in reused
-    memory instead of fresh pages from the system (at N = 1024 that halves the cost).
+    ``logit_scale`` sets the sharpness: 0 gives exactly uniform attention, larger is
+    sharper. ``item_mean`` shifts every item by the same constant vector (every entry
+    ``item_mean``): the values then have a non-zero mean, and the logits all move by one
+    constant, which the softmax ignores. Sequences are drawn ``chunk`` at a time: small
+    chunks keep every tensor in reused memory instead of fresh pages from the system (at
+    N = 1024 that halves the cost).
     """
     for name, value in (("N", N), ("n_sequences", n_sequences), ("chunk", chunk)):
         if not is_int(value) or value < 1:
             raise ValueError(f"{name} must be a positive int, got {value!r}")
     if not math.isfinite(logit_scale) or logit_scale < 0:
-        raise ValueError(f"logit_scale must be a finite number >= 0, got {logit_scale!r}")
+        raise ValueError(
+            f"logit_scale must be a finite number >= 0, got {logit_scale!r}"
+        )
     if not math.isfinite(item_mean):
         raise ValueError(f"item_mean must be a finite number, got {item_mean!r}")
     d = head.d_model
-    key_direction = head.w_k.T @ (head.w_q @ head.query) / math.sqrt(d)  # [d]: s_i = x_i . key_direction
+    # [d]: s_i = x_i . key_direction
+    key_direction = head.w_k.T @ (head.w_q @ head.query) / math.sqrt(d)
     outputs, n_eff = [], []
     for start in range(0, n_sequences, chunk):
-        x = torch.randn(min(chunk, n_sequences - start), N, d, generator=generator) + item_mean  # [chunk, N, d]
+        # [chunk, N, d]
+        x = (
+            torch.randn(min(chunk, n_sequences - start), N, d, generator=generator)
+            + item_mean
+        )
         weights = (logit_scale * (x @ key_direction)).softmax(dim=-1)  # [chunk, N]
-        outputs.append(torch.einsum("bn,bnd->bd", weights, x @ head.w_v.T))  # [chunk, d]
+        # [chunk, d]
+        outputs.append(torch.einsum("bn,bnd->bd", weights, x @ head.w_v.T))
         n_eff.append(1.0 / weights.square().sum(dim=-1))
     return HeadSample(torch.cat(outputs), torch.cat(n_eff))
 
 
 @dataclass(frozen=True)
 class ShiftStatistics:
-    """The paper's distribution-shift statistics of a set of output vectors [samples, d]."""
+    """The paper's distribution-shift statistics of a set of output vectors [samples,
+    d]."""
 
     feature_var: np.ndarray  # [d]: Var over samples of each fixed component o_j
     global_mean: float  # E over samples of (1/d) sum_j o_j
@@ -123,9 +151,12 @@ class ShiftStatistics:
 
 
 def shift_statistics(outputs: Tensor) -> ShiftStatistics:
-    """Per-feature variance across samples, and the per-vector (global) mean and variance, averaged."""
+    """Per-feature variance across samples, and the per-vector (global) mean and
+    variance, averaged."""
     if outputs.dim() != 2 or outputs.shape[0] < 2:
-        raise ValueError(f"outputs must be [samples >= 2, d], got {tuple(outputs.shape)}")
+        raise ValueError(
+            f"outputs must be [samples >= 2, d], got {tuple(outputs.shape)}"
+        )
     x = outputs.double()
     return ShiftStatistics(
         feature_var=x.var(dim=0).numpy(),
@@ -135,64 +166,86 @@ def shift_statistics(outputs: Tensor) -> ShiftStatistics:
 
 
 def standardize(outputs: Tensor, eps: float = 1e-5) -> Tensor:
-    """(o - mean(o)) / std(o) over the last (feature) axis: LayerNorm without its affine."""
+    """(o - mean(o)) / std(o) over the last (feature) axis: LayerNorm without its
+    affine."""
     return torch.nn.functional.layer_norm(outputs, outputs.shape[-1:], eps=eps)
 
 
-# --- the retrieval experiments -------------------------------------------------------------------
+# --- the retrieval experiments --------------------------------------------------------
 
 ATTN_OUT = "blocks.0.hook_attn_out"
 NORMED = "blocks.0.ln_attn_out.hook_normalized"
 PATTERN = "blocks.0.attn.hook_pattern"
-# The book's choices (the paper gives none): N ~ U{2..16} in training, AdamW, cosine schedule.
-RETRIEVAL_TRAIN = TrainConfig(steps=1000, batch=64, lr=3e-3, warmup=100, schedule="cosine", weight_decay=0.01)
+# The book's choices (the paper gives none): N ~ U{2..16} in training, AdamW, cosine
+# schedule.
+RETRIEVAL_TRAIN = TrainConfig(
+    steps=1000, batch=64, lr=3e-3, warmup=100, schedule="cosine", weight_decay=0.01
+)
 TEST_SIZES = (8, 16, 32, 64, 128, 256, 512, 1024)
 
 
 def scaled_attention_output(scale: float | Tensor) -> dict[str, HookFn]:
-    """Hooks (for ``run_with_hooks``/``run_with_cache``) multiplying layer 0's attention output
-    (before any norm) by ``scale``.
+    """Hooks (for ``run_with_hooks``/``run_with_cache``) multiplying layer 0's attention
+    output (before any norm) by ``scale``.
 
-    An intervention, not a recording: it tests whether restoring the output's scale alone restores
-    accuracy. ``scale`` is a number or a tensor broadcasting against [batch, pos, d_model].
+    An intervention, not a recording: it tests whether restoring the output's scale
+    alone restores accuracy. ``scale`` is a number or a tensor broadcasting against
+    [batch, pos, d_model].
     """
     return {ATTN_OUT: lambda out, _name: out * scale}
 
 
-EVAL_CHUNK = 100  # test sets per forward: at N = 1024 one forward over all 500 costs as much again in fresh memory pages
+# test sets per forward: at N = 1024 one forward over all 500 costs as much again in
+# fresh memory pages
+EVAL_CHUNK = 100
 
 
 def _check_chunk(chunk: int) -> None:
     if not is_int(chunk) or chunk < 1:
-        raise ValueError(f"chunk must be a positive int (test sets per forward), got {chunk!r}")
+        raise ValueError(
+            f"chunk must be a positive int (test sets per forward), got {chunk!r}"
+        )
 
 
 def _forward_chunked(
-    model: nn.Module, inputs: Tensor, names: Sequence[str], chunk: int, hooks: dict[str, HookFn] | None = None
+    model: nn.Module,
+    inputs: Tensor,
+    names: Sequence[str],
+    chunk: int,
+    hooks: dict[str, HookFn] | None = None,
 ) -> tuple[Tensor, dict[str, Tensor]]:
-    """``run_with_cache`` (with ``hooks``, if any) on ``chunk`` sets at a time, concatenated: the
-    same numbers as one forward (every set is processed on its own), at a fraction of the memory
-    traffic for large N."""
-    parts = [run_with_cache(model, x, names=names, hooks=hooks) for x in inputs.split(chunk)]
-    return torch.cat([p[0] for p in parts]), {name: torch.cat([p[1][name] for p in parts]) for name in names}
+    """``run_with_cache`` (with ``hooks``, if any) on ``chunk`` sets at a time,
+    concatenated: the same numbers as one forward (every set is processed on its own),
+    at a fraction of the memory traffic for large N."""
+    parts = [
+        run_with_cache(model, x, names=names, hooks=hooks) for x in inputs.split(chunk)
+    ]
+    return torch.cat([p[0] for p in parts]), {
+        name: torch.cat([p[1][name] for p in parts]) for name in names
+    }
 
 
 @dataclass(frozen=True)
 class RetrievalTable:
-    """Per-N evaluation of one model: each field is a [len(N)] array (means over samples)."""
+    """Per-N evaluation of one model: each field is a [len(N)] array (means over
+    samples)."""
 
     N: np.ndarray
     n_samples: int  # test sets per N
     seed: int  # evaluation seed: the same seed means the same test sets
     accuracy: np.ndarray
-    target_attention: np.ndarray  # attention mass on the correct item, best head (see evaluate_retrieval)
+    # attention mass on the correct item, best head (see evaluate_retrieval)
+    target_attention: np.ndarray
     n_eff: np.ndarray  # 1 / sum_i a_i^2 over the N + 1 keys, mean over heads
-    attn_out_rms: np.ndarray  # sqrt(mean_j o_j^2) of the attention output at the query, before the norm
-    feature_var: np.ndarray  # [len(N), n_components]: Var over samples of components 0..n_components-1
+    # sqrt(mean_j o_j^2) of the attention output at the query, before the norm
+    attn_out_rms: np.ndarray
+    # [len(N), n_components]: Var over samples of components 0..n_components-1
+    feature_var: np.ndarray
     median_feature_var: np.ndarray  # median over all d_model components
     global_mean: np.ndarray
     global_var: np.ndarray
-    normed_feature_var: np.ndarray | None  # the same after the norm (None for the baseline)
+    # the same after the norm (None for the baseline)
+    normed_feature_var: np.ndarray | None
     normed_median_feature_var: np.ndarray | None
     normed_global_mean: np.ndarray | None
     normed_global_var: np.ndarray | None
@@ -209,34 +262,49 @@ def evaluate_retrieval(
     scale: Sequence[float] | None = None,
     chunk: int = EVAL_CHUNK,
 ) -> RetrievalTable:
-    """Accuracy, attention and the shift statistics of ``model`` at every N in ``sizes``.
+    """Accuracy, attention and the shift statistics of ``model`` at every N in
+    ``sizes``.
 
-    The same ``seed`` gives every model the same test sets. ``target_attention`` is the mass the
-    best head (largest mean mass) puts on the correct item. ``scale[i]``, if given, multiplies the
-    attention output at ``sizes[i]`` (see :func:`scaled_attention_output`). ``chunk`` test sets
-    run per forward; it changes the cost, not the numbers.
+    The same ``seed`` gives every model the same test sets. ``target_attention`` is the
+    mass the best head (largest mean mass) puts on the correct item. ``scale[i]``, if
+    given, multiplies the attention output at ``sizes[i]`` (see
+    :func:`scaled_attention_output`). ``chunk`` test sets run per forward; it changes
+    the cost, not the numbers.
     """
     if not sizes or any(not is_int(n) or n < 1 for n in sizes):
-        raise ValueError(f"sizes must be a non-empty list of positive ints, got {sizes!r}")
+        raise ValueError(
+            f"sizes must be a non-empty list of positive ints, got {sizes!r}"
+        )
     _check_chunk(chunk)
     if scale is not None and len(scale) != len(sizes):
-        raise ValueError(f"scale must have one entry per size ({len(sizes)}), got {len(scale)}")
+        raise ValueError(
+            f"scale must have one entry per size ({len(sizes)}), got {len(scale)}"
+        )
     normed = NORMED in hook_names(model)
     names = [PATTERN, ATTN_OUT] + ([NORMED] if normed else [])
     rows: dict[str, list] = {}
     for i, N in enumerate(sizes):
-        batch = task.sample_train_batch(n_samples, N, make_generator(seed * 100_003 + N))
+        batch = task.sample_train_batch(
+            n_samples, N, make_generator(seed * 100_003 + N)
+        )
         hooks = scaled_attention_output(1.0 if scale is None else float(scale[i]))
         logits, cache = _forward_chunked(model, batch.inputs, names, chunk, hooks)
         pattern = cache[PATTERN][:, :, -1]  # [samples, head, N + 1] (the query's row)
         target = task.target_item(batch.inputs)  # [samples]
-        on_target = pattern.gather(-1, target.view(-1, 1, 1).expand(-1, pattern.shape[1], 1)).squeeze(-1)
+        on_target = pattern.gather(
+            -1, target.view(-1, 1, 1).expand(-1, pattern.shape[1], 1)
+        ).squeeze(-1)
         row = {
-            "accuracy": (logits[:, -1].argmax(-1) == batch.targets[:, -1].argmax(-1)).float().mean().item(),
+            "accuracy": (logits[:, -1].argmax(-1) == batch.targets[:, -1].argmax(-1))
+            .float()
+            .mean()
+            .item(),
             "target_attention": on_target.mean(0).max().item(),
             "n_eff": metrics.effective_tokens(pattern).mean().item(),
         }
-        for prefix, name in (("", ATTN_OUT),) + ((("normed_", NORMED),) if normed else ()):
+        for prefix, name in (("", ATTN_OUT),) + (
+            (("normed_", NORMED),) if normed else ()
+        ):
             out = cache[name][:, -1]  # [samples, d_model] at the query
             stats = shift_statistics(out)
             row |= {
@@ -250,20 +318,33 @@ def evaluate_retrieval(
         for key, value in row.items():
             rows.setdefault(key, []).append(value)
     arrays = {key: np.asarray(value) for key, value in rows.items()}
-    missing = {f"normed_{k}": None for k in ("feature_var", "median_feature_var", "global_mean", "global_var")}
-    return RetrievalTable(N=np.asarray(sizes), n_samples=n_samples, seed=seed, **{**missing, **arrays})
+    missing = {
+        f"normed_{k}": None
+        for k in ("feature_var", "median_feature_var", "global_mean", "global_var")
+    }
+    return RetrievalTable(
+        N=np.asarray(sizes), n_samples=n_samples, seed=seed, **{**missing, **arrays}
+    )
 
 
 @torch.no_grad()
 def attention_output_samples(
-    model: nn.Module, task: RetrievalTask, N: int, n_samples: int = 500, seed: int = 0, chunk: int = EVAL_CHUNK,
+    model: nn.Module,
+    task: RetrievalTask,
+    N: int,
+    n_samples: int = 500,
+    seed: int = 0,
+    chunk: int = EVAL_CHUNK,
 ) -> tuple[Tensor, Tensor | None]:
-    """The query's attention output on ``n_samples`` test sets of size N, before and after the norm:
-    ([samples, d_model], [samples, d_model] or None without a norm). Same test sets as evaluate_retrieval."""
+    """The query's attention output on ``n_samples`` test sets of size N, before and
+    after the norm: ([samples, d_model], [samples, d_model] or None without a norm).
+    Same test sets as evaluate_retrieval."""
     _check_chunk(chunk)
     normed = NORMED in hook_names(model)
     batch = task.sample_train_batch(n_samples, N, make_generator(seed * 100_003 + N))
-    _, cache = _forward_chunked(model, batch.inputs, [ATTN_OUT] + ([NORMED] if normed else []), chunk)
+    _, cache = _forward_chunked(
+        model, batch.inputs, [ATTN_OUT] + ([NORMED] if normed else []), chunk
+    )
     return cache[ATTN_OUT][:, -1], cache[NORMED][:, -1] if normed else None
 
 
@@ -273,13 +354,17 @@ def stack_field(tables: Sequence[RetrievalTable], field: str) -> np.ndarray:
         raise ValueError("tables must hold at least one RetrievalTable")
     values = [getattr(table, field) for table in tables]
     if any(v is None for v in values):
-        raise ValueError(f"field {field!r} is missing (None) in some tables: a model without a norm has no normed_*")
+        raise ValueError(
+            f"field {field!r} is missing (None) in some tables: a model "
+            "without a norm has no normed_*"
+        )
     return np.stack(values)
 
 
 @dataclass
 class VariantRun:
-    """One variant trained over K seeds (one batched ``train`` call) and evaluated per seed."""
+    """One variant trained over K seeds (one batched ``train`` call) and evaluated per
+    seed."""
 
     result: TrainResult
     tables: list[RetrievalTable]
@@ -298,27 +383,53 @@ def run_variants(
     progress: bool = True,
     **model_overrides: object,
 ) -> dict[str, VariantRun]:
-    """Train every variant on ``task`` (all seeds in one ``train`` call each) and evaluate at ``sizes``.
+    """Train every variant on ``task`` (all seeds in one ``train`` call each) and
+    evaluate at ``sizes``.
 
     Every model is tested on the same sets (evaluation seed 0).
     """
     runs = {}
     for variant in variants:
         cfg = retrieval_config(task, variant, **model_overrides)
-        result = train(cfg, task, train_cfg, seeds=list(seeds), model_class=RetrievalTransformer,
-                       progress=progress, desc=f"{type(task).__name__}, {variant}")
-        runs[variant] = VariantRun(result, [evaluate_retrieval(m, task, sizes, n_samples) for m in result.models])
+        result = train(
+            cfg,
+            task,
+            train_cfg,
+            seeds=list(seeds),
+            model_class=RetrievalTransformer,
+            progress=progress,
+            desc=f"{type(task).__name__}, {variant}",
+        )
+        runs[variant] = VariantRun(
+            result,
+            [evaluate_retrieval(m, task, sizes, n_samples) for m in result.models],
+        )
     return runs
 
 
-def evaluate_rescaled(model: nn.Module, task: RetrievalTask, table: RetrievalTable, reference_size: int = 16) -> RetrievalTable:
-    """Re-evaluate on ``table``'s test sets with the attention output rescaled, at every N, to the
-    mean RMS it had at ``reference_size`` (a training size): a norm bolted on at test time."""
+def evaluate_rescaled(
+    model: nn.Module,
+    task: RetrievalTask,
+    table: RetrievalTable,
+    reference_size: int = 16,
+) -> RetrievalTable:
+    """Re-evaluate on ``table``'s test sets with the attention output rescaled, at every
+    N, to the mean RMS it had at ``reference_size`` (a training size): a norm bolted on
+    at test time."""
     sizes = [int(n) for n in table.N]
     if reference_size not in sizes:
-        raise ValueError(f"reference_size={reference_size} is not among the table's sizes {sizes}")
+        raise ValueError(
+            f"reference_size={reference_size} is not among the table's sizes {sizes}"
+        )
     scale = table.attn_out_rms[sizes.index(reference_size)] / table.attn_out_rms
-    return evaluate_retrieval(model, task, sizes, n_samples=table.n_samples, seed=table.seed, scale=list(scale))
+    return evaluate_retrieval(
+        model,
+        task,
+        sizes,
+        n_samples=table.n_samples,
+        seed=table.seed,
+        scale=list(scale),
+    )
 
 
 @dataclass(frozen=True)
@@ -326,23 +437,36 @@ class NearMisses:
     """How argmax retrieval goes wrong at one N."""
 
     error_rate: float
-    near_miss: float  # among errors: the predicted label is held by one of the runner-up items
-    chance: float  # the same for a uniformly random wrong label: 1 - (1 - 1/n_classes)^runners_up
+    # among errors: the predicted label is held by one of the runner-up items
+    near_miss: float
+    # the same for a uniformly random wrong label: 1 - (1 - 1/n_classes)^runners_up
+    chance: float
 
 
 @torch.no_grad()
 def argmax_near_misses(
-    model: nn.Module, task: ArgmaxRetrieval, N: int, n_samples: int = 500, seed: int = 0, runners_up: int = 4,
+    model: nn.Module,
+    task: ArgmaxRetrieval,
+    N: int,
+    n_samples: int = 500,
+    seed: int = 0,
+    runners_up: int = 4,
     chunk: int = EVAL_CHUNK,
 ) -> NearMisses:
-    """Are the errors confusions with the next-highest priorities (near-ties), or arbitrary?"""
+    """Are the errors confusions with the next-highest priorities (near-ties), or
+    arbitrary?"""
     if not is_int(runners_up) or not 1 <= runners_up < N:
-        raise ValueError(f"runners_up must be an int in 1..N-1 = 1..{N - 1}, got {runners_up!r}")
+        raise ValueError(
+            f"runners_up must be an int in 1..N-1 = 1..{N - 1}, got {runners_up!r}"
+        )
     _check_chunk(chunk)
     batch = task.sample_train_batch(n_samples, N, make_generator(seed * 100_003 + N))
-    predicted = _forward_chunked(model, batch.inputs, [], chunk)[0][:, -1].argmax(-1)  # [samples]
-    order = batch.inputs[:, :-1, 0].argsort(dim=-1, descending=True)  # items by priority
-    labels = batch.inputs[:, :-1, 1].long().gather(1, order[:, 1 : 1 + runners_up])  # [samples, runners_up]
+    # [samples]
+    predicted = _forward_chunked(model, batch.inputs, [], chunk)[0][:, -1].argmax(-1)
+    # items by priority
+    order = batch.inputs[:, :-1, 0].argsort(dim=-1, descending=True)
+    # [samples, runners_up]
+    labels = batch.inputs[:, :-1, 1].long().gather(1, order[:, 1 : 1 + runners_up])
     wrong = predicted != batch.targets[:, -1].argmax(-1)
     held = (labels == predicted.unsqueeze(-1)).any(-1)
     return NearMisses(
@@ -352,11 +476,12 @@ def argmax_near_misses(
     )
 
 
-# --- what the chapter asserts and scores, computed here and asserted in the notebook -------------
+# --- what the chapter asserts and scores, computed here, asserted in the notebook ---
 
 
 def end_ratio(x: np.ndarray) -> np.ndarray:
-    """Value at the largest N over value at the smallest, per seed: [K, len(N), ...] -> [K, ...]."""
+    """Value at the largest N over value at the smallest, per seed: [K, len(N), ...] ->
+    [K, ...]."""
     return x[:, -1] / x[:, 0]
 
 
@@ -367,7 +492,8 @@ def seed_se(x: np.ndarray) -> float:
 
 @dataclass(frozen=True)
 class LawCheck:
-    """The Monte Carlo of the law (a random head, ``n_sets`` input sets per N), summarised."""
+    """The Monte Carlo of the law (a random head, ``n_sets`` input sets per N),
+    summarised."""
 
     slopes: dict[str, float]  # log-log slope of std(o_0) against N, per sharpness label
     all_slopes: np.ndarray  # [d_model]: uniform attention, every component's slope
@@ -375,7 +501,8 @@ class LawCheck:
     rel_se: float  # relative standard error of a std from n_sets Gaussian samples
     slope_se: float  # standard error of a fitted slope over the independent points of N
     tau: dict[str, float]  # the logits' std per sharpness
-    limit_share: dict[str, float]  # N E[1/N_eff] at the largest N over its limit e^(tau^2)
+    # N E[1/N_eff] at the largest N over its limit e^(tau^2)
+    limit_share: dict[str, float]
 
     @property
     def law_dev(self) -> float:
@@ -386,89 +513,146 @@ UNIFORM, DIFFUSE, SHARP = "uniform (scale 0)", "diffuse (scale 1)", "sharp (scal
 
 
 def law_check(
-    head: RandomHead, N: Sequence[int], sharpness: dict[str, float], std: dict[str, np.ndarray],
-    law: dict[str, np.ndarray], all_std: dict[str, np.ndarray], n_eff: dict[str, np.ndarray], n_sets: int,
+    head: RandomHead,
+    N: Sequence[int],
+    sharpness: dict[str, float],
+    std: dict[str, np.ndarray],
+    law: dict[str, np.ndarray],
+    all_std: dict[str, np.ndarray],
+    n_eff: dict[str, np.ndarray],
+    n_sets: int,
 ) -> LawCheck:
-    """Slopes, the law's error and the sampling errors of :func:`random_head_outputs` runs: per
-    sharpness label, ``std`` [len(N)] of o_0, ``law`` its prediction, ``all_std`` [len(N), d] of
-    every component, ``n_eff`` [len(N)] the mean N_eff. A std from M Gaussian samples has relative
-    standard error 1 / sqrt(2 (M - 1)); the slope over N, that over sqrt(sum (log N - mean)^2)."""
+    """Slopes, the law's error and the sampling errors of :func:`random_head_outputs`
+    runs: per sharpness label, ``std`` [len(N)] of o_0, ``law`` its prediction,
+    ``all_std`` [len(N), d] of every component, ``n_eff`` [len(N)] the mean N_eff. A std
+    from M Gaussian samples has relative standard error 1 / sqrt(2 (M - 1)); the slope
+    over N, that over sqrt(sum (log N - mean)^2)."""
     rel_se = 1 / np.sqrt(2 * (n_sets - 1))
     log_N = np.log(N)
     tau = {k: head.logit_std(s) for k, s in sharpness.items()}
     return LawCheck(
         slopes={label: loglog_slope(N, y) for label, y in std.items()},
-        all_slopes=np.array([loglog_slope(N, all_std[UNIFORM][:, j]) for j in range(all_std[UNIFORM].shape[1])]),
+        all_slopes=np.array(
+            [
+                loglog_slope(N, all_std[UNIFORM][:, j])
+                for j in range(all_std[UNIFORM].shape[1])
+            ]
+        ),
         law_err={k: float(np.abs(std[k] / law[k] - 1).max()) for k in sharpness},
         rel_se=rel_se,
         slope_se=rel_se / np.sqrt(((log_N - log_N.mean()) ** 2).sum()),
         tau=tau,
-        limit_share={k: N[-1] / n_eff[k][-1] / np.exp(tau[k] ** 2) for k in (DIFFUSE, SHARP)},
+        limit_share={
+            k: N[-1] / n_eff[k][-1] / np.exp(tau[k] ** 2) for k in (DIFFUSE, SHARP)
+        },
     )
 
 
 def law_glue(check: LawCheck, n_eff: dict[str, np.ndarray]) -> dict[str, float]:
-    """The numbers the prose quotes about the law, unrounded, in the order the chapter glues them."""
-    return {"slope_uniform": check.slopes[UNIFORM], "slope_diffuse": check.slopes[DIFFUSE],
-            "slope_sharp": check.slopes[SHARP], "slope_all_min": check.all_slopes.min(),
-            "slope_all_max": check.all_slopes.max(), "law_dev": check.law_dev,
-            "tau_diffuse": check.tau[DIFFUSE], "tau_sharp": check.tau[SHARP], "neff_sharp_1024": n_eff[SHARP][-1],
-            "share_diffuse": check.limit_share[DIFFUSE], "share_sharp": check.limit_share[SHARP]}
+    """The numbers the prose quotes about the law, unrounded, in the order the chapter
+    glues them."""
+    return {
+        "slope_uniform": check.slopes[UNIFORM],
+        "slope_diffuse": check.slopes[DIFFUSE],
+        "slope_sharp": check.slopes[SHARP],
+        "slope_all_min": check.all_slopes.min(),
+        "slope_all_max": check.all_slopes.max(),
+        "law_dev": check.law_dev,
+        "tau_diffuse": check.tau[DIFFUSE],
+        "tau_sharp": check.tau[SHARP],
+        "neff_sharp_1024": n_eff[SHARP][-1],
+        "share_diffuse": check.limit_share[DIFFUSE],
+        "share_sharp": check.limit_share[SHARP],
+    }
 
 
 def law_scorecard(check: LawCheck, n_sets: int) -> list[Claim]:
-    """A Monte Carlo of the law under its own assumptions (i.i.d. inputs, a random head): it shows
-    the law at work and how sharpness bends it, but could not have refuted the paper, so the row
-    is a demonstration."""
+    """A Monte Carlo of the law under its own assumptions (i.i.d. inputs, a random
+    head): it shows the law at work and how sharpness bends it, but could not have
+    refuted the paper, so the row is a demonstration."""
     uniform, diffuse, sharp = (check.slopes[k] for k in (UNIFORM, DIFFUSE, SHARP))
-    holds = bool(abs(uniform + 0.5) < 5 * check.slope_se and check.law_dev < 0.15 and max(check.slopes.values()) < 0)
-    return [Claim(
-        "ch4-score-law",
-        demonstration(holds),
-        f"std slope {uniform:.2f} (uniform), {diffuse:.2f} (diffuse), {sharp:.2f} (sharp attention); "
-        f"sigma sqrt(E[1/N_eff]) within {check.law_dev:.2f} at every N; one random head, {n_sets} input sets per N",
-    )]
+    holds = bool(
+        abs(uniform + 0.5) < 5 * check.slope_se
+        and check.law_dev < 0.15
+        and max(check.slopes.values()) < 0
+    )
+    return [
+        Claim(
+            "ch4-score-law",
+            demonstration(holds),
+            f"std slope {uniform:.2f} (uniform), {diffuse:.2f} (diffuse), "
+            f"{sharp:.2f} (sharp attention); "
+            f"sigma sqrt(E[1/N_eff]) within {check.law_dev:.2f} at every N; "
+            f"one random head, {n_sets} input sets per N",
+        )
+    ]
 
 
-def paired_gains(accuracy: dict[str, dict[str, np.ndarray]]) -> dict[str, dict[str, np.ndarray]]:
-    """Per task, each normed variant's accuracy minus the baseline's on the same test sets: [K, len(N)]."""
-    return {t: {v: acc[v] - acc["baseline"] for v in ("layernorm", "standardize")} for t, acc in accuracy.items()}
+def paired_gains(
+    accuracy: dict[str, dict[str, np.ndarray]],
+) -> dict[str, dict[str, np.ndarray]]:
+    """Per task, each normed variant's accuracy minus the baseline's on the same test
+    sets: [K, len(N)]."""
+    return {
+        t: {v: acc[v] - acc["baseline"] for v in ("layernorm", "standardize")}
+        for t, acc in accuracy.items()
+    }
 
 
 def sampling_bounds(n_sets: int, K: int, n_long: int) -> tuple[float, float]:
-    """Standard errors of a paired accuracy difference on ``n_sets`` shared sets (at most
-    sqrt(1 / n_sets), every set discordant), and of its mean over K seeds and ``n_long`` sizes."""
+    """Standard errors of a paired accuracy difference on ``n_sets`` shared sets (at
+    most sqrt(1 / n_sets), every set discordant), and of its mean over K seeds and
+    ``n_long`` sizes."""
     pair_se = np.sqrt(1 / n_sets)
     return pair_se, pair_se / np.sqrt(K * n_long)
 
 
 def gain_glue(
-    accuracy: dict[str, dict[str, np.ndarray]], gain: dict[str, dict[str, np.ndarray]], long: np.ndarray, long_se: float,
+    accuracy: dict[str, dict[str, np.ndarray]],
+    gain: dict[str, dict[str, np.ndarray]],
+    long: np.ndarray,
+    long_se: float,
 ) -> dict[str, float]:
-    """The accuracy and gain numbers the prose quotes, rounded to 2 decimals (no "-0.0"), in order."""
+    """The accuracy and gain numbers the prose quotes, rounded to 2 decimals (no
+    "-0.0"), in order."""
     out: dict[str, float] = {}
     for t, key in (("dictionary lookup", "dict"), ("argmax retrieval", "argmax")):
         for v in ("baseline", "layernorm", "standardize"):
             out[f"acc_{key}_{v}_1024"] = round(float(accuracy[t][v][:, -1].mean()), 2)
         for v in ("layernorm", "standardize"):
-            out[f"gain_{key}_{v}_1024"] = round(float(gain[t][v][:, -1].mean()), 2) + 0.0
+            out[f"gain_{key}_{v}_1024"] = (
+                round(float(gain[t][v][:, -1].mean()), 2) + 0.0
+            )
             out[f"gain_{key}_{v}_long"] = round(float(gain[t][v][:, long].mean()), 2)
-        out[f"gainmax_{key}"] = round(float(max(gain[t][v].mean(0).max() for v in gain[t])), 2) + 0.0
-        out[f"gainmin_{key}"] = round(float(min(gain[t][v].mean(0).min() for v in gain[t])), 2) + 0.0
+        out[f"gainmax_{key}"] = (
+            round(float(max(gain[t][v].mean(0).max() for v in gain[t])), 2) + 0.0
+        )
+        out[f"gainmin_{key}"] = (
+            round(float(min(gain[t][v].mean(0).min() for v in gain[t])), 2) + 0.0
+        )
     d = "dictionary lookup"
-    out["gain_dict_min_seed"] = round(float(min(gain[d][v][:, -1].min() for v in gain[d])), 2)
+    out["gain_dict_min_seed"] = round(
+        float(min(gain[d][v][:, -1].min() for v in gain[d])), 2
+    )
     out["gain_long_bound"] = round(float(2 * long_se), 2)
     return out
 
 
 def layernorm_scorecard(
-    accuracy: np.ndarray, baseline: np.ndarray, key: str, at16: int, long: np.ndarray, long_se: float, n_sets: int,
+    accuracy: np.ndarray,
+    baseline: np.ndarray,
+    key: str,
+    at16: int,
+    long: np.ndarray,
+    long_se: float,
+    n_sets: int,
 ) -> tuple[Claim, float]:
-    """The paper says LayerNorm after attention *substantially* improves long-N accuracy. The book
-    reads "substantially" as recovering at least half of the accuracy the baseline loses between
-    N = 16 and N = 1024 (its threshold, fixed before looking); a gain in every seed that recovers
-    less is "partly reproduced". ``accuracy``, ``baseline``: [K, len(N)]. Returns the claim and
-    the share recovered."""
+    """The paper says LayerNorm after attention *substantially* improves long-N
+    accuracy. The book reads "substantially" as recovering at least half of the accuracy
+    the baseline loses between N = 16 and N = 1024 (its threshold, fixed before
+    looking); a gain in every seed that recovers less is "partly reproduced".
+    ``accuracy``, ``baseline``: [K, len(N)]. Returns the claim and the share
+    recovered."""
     g = accuracy - baseline
     lost = (baseline[:, at16] - baseline[:, -1]).mean()
     share = g[:, -1].mean() / lost
@@ -476,60 +660,81 @@ def layernorm_scorecard(
     claim = Claim(
         f"ch4-score-ln-{key}",
         verdict(gains_everywhere and share >= 0.5, partly=gains_everywhere),
-        f"LayerNorm's paired gain at N = 1024: {g[:, -1].mean():+.2f} (seeds {g[:, -1].min():+.2f} to "
-        f"{g[:, -1].max():+.2f}), {share:.2f} of the accuracy the baseline loses from N = 16; "
+        f"LayerNorm's paired gain at N = 1024: {g[:, -1].mean():+.2f} (seeds "
+        f"{g[:, -1].min():+.2f} to "
+        f"{g[:, -1].max():+.2f}), {share:.2f} of the accuracy the baseline "
+        "loses from N = 16; "
         f"{len(g)} seeds, {n_sets} test sets per N",
     )
     return claim, float(share)
 
 
 def shift_scorecard(
-    after: np.ndarray, before: np.ndarray, drift: np.ndarray, median_ratio_se: float, K: int,
+    after: np.ndarray,
+    before: np.ndarray,
+    drift: np.ndarray,
+    median_ratio_se: float,
+    K: int,
 ) -> list[Claim]:
-    """The shift rows: per model, the median per-feature variance ratio (N = 1024 over 8) after and
-    before the norm, and the global mean's drift (in feature spreads). "Reproduced" for the norm's
-    effect needs the ratio raised by half and still below 1 (by 5 standard errors) in every model."""
-    partial = bool((after > 1.5 * before).all() and (after < 1 - 5 * median_ratio_se).all())
+    """The shift rows: per model, the median per-feature variance ratio (N = 1024
+    over 8) after and before the norm, and the global mean's drift (in feature spreads).
+    "Reproduced" for the norm's effect needs the ratio raised by half and still below 1
+    (by 5 standard errors) in every model."""
+    partial = bool(
+        (after > 1.5 * before).all() and (after < 1 - 5 * median_ratio_se).all()
+    )
     return [
         Claim(
             "ch4-score-shift",
             verdict(partial, partly=bool((after > before).any())),
-            f"median per-feature variance at N = 1024 over N = 8: at most {before.max():.2f} before the norm, "
-            f"{after.min():.2f} to {after.max():.2f} after it (2 norms, 2 tasks, {K} seeds)",
+            "median per-feature variance at N = 1024 over N = 8: at most "
+            f"{before.max():.2f} before the norm, "
+            f"{after.min():.2f} to {after.max():.2f} after it (2 norms, 2 "
+            f"tasks, {K} seeds)",
         ),
         Claim(
             "ch4-score-mean-drift",
             verdict(bool((drift > 0.1).all()), partly=bool((drift > 0.1).any())),
-            f"largest change of the global mean from N = 8 to 1024: {drift.max():.2f} of the "
-            f"spread over features ({len(drift)} models: 2 tasks, 3 variants, {K} seeds)",
+            "largest change of the global mean from N = 8 to 1024: "
+            f"{drift.max():.2f} of the "
+            f"spread over features ({len(drift)} models: 2 tasks, 3 variants, "
+            f"{K} seeds)",
         ),
     ]
 
 
 @dataclass(frozen=True)
 class ShiftRatios:
-    """The shift statistics of every trained model, N = 1024 over N = 8 (:func:`end_ratio`), keyed
-    by (task, variant); each value has the seeds on its first axis."""
+    """The shift statistics of every trained model, N = 1024 over N = 8
+    (:func:`end_ratio`), keyed by (task, variant); each value has the seeds on its first
+    axis."""
 
     median_ratio_se: float  # standard error of a median per-feature variance ratio
-    before: dict[tuple[str, str], np.ndarray]  # median per-feature variance ratio before the norm [K]
+    # median per-feature variance ratio before the norm [K]
+    before: dict[tuple[str, str], np.ndarray]
     after: dict[tuple[str, str], np.ndarray]  # ... after it (normed variants only) [K]
-    global_ratio: dict[tuple[str, str], np.ndarray]  # global variance ratio before the norm [K]
+    # global variance ratio before the norm [K]
+    global_ratio: dict[tuple[str, str], np.ndarray]
     fixed: dict[str, np.ndarray]  # per task, baseline: components 0..2 [K, len(N), 3]
-    pinned: dict[tuple[str, str], np.ndarray]  # global variance after the norm [K, len(N)]
-    drift: dict[tuple[str, str], np.ndarray]  # |global mean change| / its spread at N = 8, every variant [K]
+    # global variance after the norm [K, len(N)]
+    pinned: dict[tuple[str, str], np.ndarray]
+    # |global mean change| / its spread at N = 8, every variant [K]
+    drift: dict[tuple[str, str], np.ndarray]
 
     def pinned_change(self, task: str) -> np.ndarray:
-        """LayerNorm: the largest log-change of the normed global variance over N, per seed [K]."""
+        """LayerNorm: the largest log-change of the normed global variance over N, per
+        seed [K]."""
         pinned = self.pinned[task, "layernorm"]
         return np.abs(np.log(pinned / pinned[:, :1])).max(1)
 
 
-def shift_ratios(runs: dict[str, dict[str, "VariantRun"]], n_sets: int, d_model: int = 64) -> ShiftRatios:
-    """:class:`ShiftRatios` of ``runs[task][variant]``, tested on ``n_sets`` sets per N. A variance
-    over n sets has relative standard error sqrt(2 / (n - 1)); a ratio of two, sqrt(4 / (n - 1))
-    (9 % at 500); the median over d_model components about 1.25 / sqrt(d_model) of that, if they
-    were independent."""
+def shift_ratios(
+    runs: dict[str, dict[str, VariantRun]], n_sets: int, d_model: int = 64
+) -> ShiftRatios:
+    """:class:`ShiftRatios` of ``runs[task][variant]``, tested on ``n_sets`` sets per N.
+    A variance over n sets has relative standard error sqrt(2 / (n - 1)); a ratio of
+    two, sqrt(4 / (n - 1)) (9 % at 500); the median over d_model components about 1.25 /
+    sqrt(d_model) of that, if they were independent."""
     before, after, global_ratio, fixed, pinned, drift = {}, {}, {}, {}, {}, {}
     for t, variants in runs.items():
         fixed[t] = variants["baseline"].field("feature_var")
@@ -546,14 +751,24 @@ def shift_ratios(runs: dict[str, dict[str, "VariantRun"]], n_sets: int, d_model:
 
 
 def shift_glue(shift: ShiftRatios) -> dict[str, float]:
-    """The shift numbers the prose quotes, rounded to 2 decimals, in the order the chapter glues them."""
+    """The shift numbers the prose quotes, rounded to 2 decimals, in the order the
+    chapter glues them."""
     tasks = list(shift.fixed)
     after, before = list(shift.after.values()), [shift.before[k] for k in shift.after]
-    mean_after = {t: np.mean([float(shift.after[t, v].mean()) for v in ("layernorm", "standardize")]) for t in tasks}
+    mean_after = {
+        t: np.mean(
+            [float(shift.after[t, v].mean()) for v in ("layernorm", "standardize")]
+        )
+        for t in tasks
+    }
     change = [shift.pinned_change(t) for t in tasks]
     return {
-        "shrink_argmax": round(float(shift.before["argmax retrieval", "baseline"].mean()), 2),
-        "shrink_dict": round(float(shift.before["dictionary lookup", "baseline"].mean()), 2),
+        "shrink_argmax": round(
+            float(shift.before["argmax retrieval", "baseline"].mean()), 2
+        ),
+        "shrink_dict": round(
+            float(shift.before["dictionary lookup", "baseline"].mean()), 2
+        ),
         "after_shrink_min": round(float(np.min(after)), 2),
         "after_shrink_max": round(float(np.max(after)), 2),
         "before_shrink_max": round(float(np.max(before)), 2),
@@ -566,17 +781,23 @@ def shift_glue(shift: ShiftRatios) -> dict[str, float]:
 
 @dataclass(frozen=True)
 class AttentionCollapse:
-    """How attention on the correct item and N_eff change with N, per task (every variant)."""
+    """How attention on the correct item and N_eff change with N, per task (every
+    variant)."""
 
-    normed_gap: dict[tuple[str, str], np.ndarray]  # |normed - baseline| / baseline of the seed means [len(N)]
-    seed_spread: dict[tuple[str, str], np.ndarray]  # (range over seeds, normed + baseline) / baseline [len(N)]
-    target_at_largest: dict[str, float]  # mean over variants and seeds of the mass at the largest N
+    # |normed - baseline| / baseline of the seed means [len(N)]
+    normed_gap: dict[tuple[str, str], np.ndarray]
+    # (range over seeds, normed + baseline) / baseline [len(N)]
+    seed_spread: dict[tuple[str, str], np.ndarray]
+    # mean over variants and seeds of the mass at the largest N
+    target_at_largest: dict[str, float]
     neff_at_largest: dict[str, float]  # ... of N_eff
-    neff_ratio_argmax: float  # argmax: the normed variants' N_eff at the largest N over the baseline's (min)
+    # argmax: the normed variants' N_eff at the largest N over the baseline's (min)
+    neff_ratio_argmax: float
 
 
-def attention_collapse(runs: dict[str, dict[str, "VariantRun"]]) -> AttentionCollapse:
-    """:class:`AttentionCollapse` of ``runs[task][variant]`` (fields ``target_attention``, ``n_eff``)."""
+def attention_collapse(runs: dict[str, dict[str, VariantRun]]) -> AttentionCollapse:
+    """:class:`AttentionCollapse` of ``runs[task][variant]`` (fields
+    ``target_attention``, ``n_eff``)."""
     normed_gap, seed_spread, target, neff = {}, {}, {}, {}
     for t, variants in runs.items():
         base_runs = variants["baseline"].field("target_attention")
@@ -584,10 +805,23 @@ def attention_collapse(runs: dict[str, dict[str, "VariantRun"]]) -> AttentionCol
         for v in ("layernorm", "standardize"):
             runs_v = variants[v].field("target_attention")
             normed_gap[t, v] = np.abs(runs_v.mean(0) - base) / base
-            seed_spread[t, v] = (np.ptp(runs_v, axis=0) + np.ptp(base_runs, axis=0)) / base
-        target[t] = float(np.mean([run.field("target_attention")[:, -1].mean() for run in variants.values()]))
-        neff[t] = float(np.mean([run.field("n_eff")[:, -1].mean() for run in variants.values()]))
+            seed_spread[t, v] = (
+                np.ptp(runs_v, axis=0) + np.ptp(base_runs, axis=0)
+            ) / base
+        target[t] = float(
+            np.mean(
+                [
+                    run.field("target_attention")[:, -1].mean()
+                    for run in variants.values()
+                ]
+            )
+        )
+        neff[t] = float(
+            np.mean([run.field("n_eff")[:, -1].mean() for run in variants.values()])
+        )
     a = runs["argmax retrieval"]
-    ratio = min(a[v].field("n_eff")[:, -1].mean() / a["baseline"].field("n_eff")[:, -1].mean()
-                for v in ("layernorm", "standardize"))
+    ratio = min(
+        a[v].field("n_eff")[:, -1].mean() / a["baseline"].field("n_eff")[:, -1].mean()
+        for v in ("layernorm", "standardize")
+    )
     return AttentionCollapse(normed_gap, seed_spread, target, neff, float(ratio))

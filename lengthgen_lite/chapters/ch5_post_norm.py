@@ -1,15 +1,16 @@
-"""Norm placements on set complement: the chapter's specs, its scorecard, and what the output norm
-does. Chapter 5.
+"""Norm placements on set complement: the chapter's specs, its scorecard, and what the
+output norm does. Chapter 5.
 
-Every run is the chapter-1 baseline (:mod:`~lengthgen_lite.chapters.ch1_set_complement`) with only
-the norm placement (and, for the first paper version's remedy, dropout or an MLP) changed,
-declared in ``SPECS`` and trained by :func:`lengthgen_lite.runs.run` (a configuration's seeds in
-one batched call); the readers below take its ``Results``.
+Every run is the chapter-1 baseline (:mod:`~lengthgen_lite.chapters.ch1_set_complement`)
+with only the norm placement (and, for the first paper version's remedy, dropout or an
+MLP) changed, declared in ``SPECS`` and trained by :func:`lengthgen_lite.runs.run` (a
+configuration's seeds in one batched call); the readers below take its ``Results``.
 
-The mechanism measurements ask one question: is the gap kept by a sharper attention pattern, or
-by the norm dividing a still-uniform average by its shrinking spread? :func:`gap_profile` records
-both, and re-runs the model with the norm's divisor (its ``hook_scale``) frozen to a constant
-(:func:`frozen_divisor_hooks`, through ``run_with_hooks``).
+The mechanism measurements ask one question: is the gap kept by a sharper attention
+pattern, or by the norm dividing a still-uniform average by its shrinking spread?
+:func:`gap_profile` records both, and re-runs the model with the norm's divisor (its
+``hook_scale``) frozen to a constant (:func:`frozen_divisor_hooks`, through
+``run_with_hooks``).
 """
 
 from __future__ import annotations
@@ -32,23 +33,34 @@ from ..runs import Results, Spec
 from ..runs.scorecard import Claim, verdict
 from .ch1_set_complement import BASELINE, SEEDS, TRAIN_LENGTH
 
-# The norm whose input contains the attention average, by placement. "pre" normalises only the
-# token embeddings before attention, and "none" has no norm: neither can rescale the average.
-OUTPUT_NORM: dict[str, str] = {"post": "blocks.0.ln1", "pre_final": "ln_final", "attn_out": "blocks.0.ln_attn_out"}
+# The norm whose input contains the attention average, by placement. "pre" normalises
+# only the token embeddings before attention, and "none" has no norm: neither can
+# rescale the average.
+OUTPUT_NORM: dict[str, str] = {
+    "post": "blocks.0.ln1",
+    "pre_final": "ln_final",
+    "attn_out": "blocks.0.ln_attn_out",
+}
 
 
 def _length_ranges(s: np.ndarray, train_length: int) -> tuple[np.ndarray, np.ndarray]:
     if not isinstance(train_length, int) or not 1 <= train_length < int(s.max()):
-        raise ValueError(f"train_length must be an int in 1..{int(s.max()) - 1} (some longer s must remain), got {train_length!r}")
+        raise ValueError(
+            f"train_length must be an int in 1..{int(s.max()) - 1} (some "
+            f"longer s must remain), got {train_length!r}"
+        )
     return s <= train_length, s > train_length
 
 
-def frozen_divisor_hooks(name: str, divisor: float) -> dict[str, Callable[[Tensor, str], Tensor]]:
+def frozen_divisor_hooks(
+    name: str, divisor: float
+) -> dict[str, Callable[[Tensor, str], Tensor]]:
     """Hooks (for ``run_with_hooks``) that make the norm ``name`` divide by the constant
-    ``divisor`` instead of each vector's own std (its ``hook_scale``); its centring, gain and bias
-    are kept. Removes the rescaling and nothing else."""
+    ``divisor`` instead of each vector's own std (its ``hook_scale``); its centring,
+    gain and bias are kept. Removes the rescaling and nothing else."""
     divisor = require_number("divisor", divisor, minimum=0.0, strict=True)
-    frozen = torch.tensor(divisor)  # a 0-dim tensor: divides exactly as the float itself does
+    # a 0-dim tensor: divides exactly as the float itself does
+    frozen = torch.tensor(divisor)
     return {f"{name}.hook_scale": lambda _scale, _name: frozen}
 
 
@@ -62,40 +74,56 @@ def frozen_divisor(model: nn.Module, name: str, divisor: float) -> Iterator[None
 
 @dataclass(frozen=True)
 class GapProfile:
-    """One trained model at every prefix length s = 1..v-1: means over the test sequences."""
+    """One trained model at every prefix length s = 1..v-1: means over the test
+    sequences."""
 
     s: np.ndarray
     gap: np.ndarray  # logit gap: smallest legal minus largest illegal logit
-    frozen_gap: np.ndarray  # the same with the output norm's divisor frozen (= gap without one)
-    divisor: np.ndarray  # what the output norm divides by, sqrt(var + eps) over features (nan: none)
-    attn_out_std: np.ndarray  # std over features of the attention output W_O z (hook_attn_out)
-    entropy_ratio: np.ndarray  # attention entropy / log s (1: uniform over the s seen tokens)
-    max_attention_ratio: np.ndarray  # s * largest attention weight (1: uniform; s: all on one token)
+    # the same with the output norm's divisor frozen (= gap without one)
+    frozen_gap: np.ndarray
+    # what the output norm divides by, sqrt(var + eps) over features (nan: none)
+    divisor: np.ndarray
+    # std over features of the attention output W_O z (hook_attn_out)
+    attn_out_std: np.ndarray
+    # attention entropy / log s (1: uniform over the s seen tokens)
+    entropy_ratio: np.ndarray
+    # s * largest attention weight (1: uniform; s: all on one token)
+    max_attention_ratio: np.ndarray
 
 
 @torch.no_grad()
-def gap_profile(model: nn.Module, n_sequences: int = 2000, seed: int = 0, train_length: int = TRAIN_LENGTH) -> GapProfile:
-    """Measure the gap, the attention's sharpness and the output norm's divisor at every ``s``.
+def gap_profile(
+    model: nn.Module,
+    n_sequences: int = 2000,
+    seed: int = 0,
+    train_length: int = TRAIN_LENGTH,
+) -> GapProfile:
+    """Measure the gap, the attention's sharpness and the output norm's divisor at every
+    ``s``.
 
-    The frozen divisor is the mean divisor over the training lengths ``s = 1..train_length``: at
-    those lengths the frozen model is close to the real one, and beyond them it shows what the gap
-    would be if the norm stopped rescaling.
+    The frozen divisor is the mean divisor over the training lengths ``s =
+    1..train_length``: at those lengths the frozen model is close to the real one, and
+    beyond them it shows what the gap would be if the norm stopped rescaling.
     """
     v = model.cfg.vocab_size
-    tokens = sample_sequences(v, v - 1, n_sequences, make_generator(seed))  # [batch, v-1]
+    # [batch, v-1]
+    tokens = sample_sequences(v, v - 1, n_sequences, make_generator(seed))
     seen = seen_mask(tokens, v)
     s = np.arange(1, v)
     inside, _ = _length_ranges(s, train_length)
     names = ["blocks.0.attn.hook_pattern", "blocks.0.hook_attn_out"]
     norm_name = OUTPUT_NORM.get(model.cfg.norm)
-    if norm_name is not None:  # what the output norm divides by (recorded: the norm is unchanged)
+    # what the output norm divides by (recorded: the norm is unchanged)
+    if norm_name is not None:
         names.append(f"{norm_name}.hook_scale")
     logits, cache = run_with_cache(model, tokens, names=names)
     pattern = cache["blocks.0.attn.hook_pattern"]  # [batch, head, query_pos, key_pos]
     table = length_metrics(logits, target_distribution(tokens, v), pattern=pattern)[0]
     gap, entropy_ratio = table.logit_gap, table.entropy_ratio  # [v-1]
     max_ratio = table.max_attention * s.astype(np.float32)  # s * largest weight
-    attn_out_std = cache["blocks.0.hook_attn_out"].std(dim=-1, unbiased=False).mean(0).numpy()
+    attn_out_std = (
+        cache["blocks.0.hook_attn_out"].std(dim=-1, unbiased=False).mean(0).numpy()
+    )
     if norm_name is None:
         divisor = np.full(v - 1, np.nan)
         frozen_gap = gap
@@ -104,14 +132,24 @@ def gap_profile(model: nn.Module, n_sequences: int = 2000, seed: int = 0, train_
         hooks = frozen_divisor_hooks(norm_name, float(divisor[inside].mean()))
         frozen_logits = run_with_hooks(model, tokens, hooks)
         frozen_gap = metrics.logit_gap(frozen_logits, seen).mean(0).numpy()
-    return GapProfile(s, gap, frozen_gap, divisor, attn_out_std, entropy_ratio, max_ratio)
+    return GapProfile(
+        s, gap, frozen_gap, divisor, attn_out_std, entropy_ratio, max_ratio
+    )
 
 
-PROFILE_FIELDS = ("gap", "frozen_gap", "divisor", "attn_out_std", "entropy_ratio", "max_attention_ratio")
+PROFILE_FIELDS = (
+    "gap",
+    "frozen_gap",
+    "divisor",
+    "attn_out_std",
+    "entropy_ratio",
+    "max_attention_ratio",
+)
 
 
 def stack_profile(profiles: Sequence[GapProfile], field: str) -> np.ndarray:
-    """One field of several profiles (one per seed) as a [K, len(s)] array, for plots and asserts."""
+    """One field of several profiles (one per seed) as a [K, len(s)] array, for plots
+    and asserts."""
     if not profiles:
         raise ValueError("profiles must hold at least one GapProfile")
     if field not in PROFILE_FIELDS:
@@ -120,20 +158,24 @@ def stack_profile(profiles: Sequence[GapProfile], field: str) -> np.ndarray:
 
 
 def growth(profiles: Sequence[GapProfile], field: str = "gap") -> np.ndarray:
-    """``s * field`` at the longest ``s`` over its value at ``s = 1``, per profile (seed): [K].
+    """``s * field`` at the longest ``s`` over its value at ``s = 1``, per profile
+    (seed): [K].
 
-    1 means the 1/s law holds exactly; above 1, something (a norm) keeps the gap from shrinking.
+    1 means the 1/s law holds exactly; above 1, something (a norm) keeps the gap from
+    shrinking.
     """
-    stacked = stack_profile(profiles, field)  # [K, len(s)]; validates profiles and field
+    # [K, len(s)]; validates profiles and field
+    stacked = stack_profile(profiles, field)
     scaled = profiles[0].s * stacked
     return scaled[:, -1] / scaled[:, 0]
 
 
-# --- the chapter's experiments, declared as data ---------------------------------------------------
+# --- the chapter's experiments, declared as data --------------------------------------
 
 TARGETS = ("soft", "sampled")
 DROPOUT_KINDS = ("attn_dropout", "resid_dropout")
-# (target kind, dropout kind, rate) on the model without a norm: the first paper version's remedy
+# (target kind, dropout kind, rate) on the model without a norm: the first paper
+# version's remedy
 DROPOUT = (
     ("soft", "attn_dropout", 0.1),
     ("soft", "attn_dropout", 0.3),
@@ -142,12 +184,14 @@ DROPOUT = (
     ("sampled", "attn_dropout", 0.1),
     ("sampled", "resid_dropout", 0.1),
 )
-SMALL_SEEDS = (0, 1, 2)  # the deeper model and dropout: the first three seeds of the baseline's
+# the deeper model and dropout: the first three seeds of the baseline's
+SMALL_SEEDS = (0, 1, 2)
 
 SPECS: dict[str, Spec] = {
     "ch5/placements": Spec(
         name="ch5/placements",
-        description="every norm placement on chapter 1's baseline, soft and sampled targets",
+        description="every norm placement on chapter 1's baseline, soft and sampled "
+        "targets",
         grid={"targets": TARGETS, "norm": PLACEMENTS},
         base=BASELINE,
         seeds=SEEDS,
@@ -169,50 +213,76 @@ SPECS: dict[str, Spec] = {
 }
 
 
-def curves(results: Results, targets: str, metric: str, norms: Sequence[str] = PLACEMENTS) -> dict[str, np.ndarray]:
+def curves(
+    results: Results, targets: str, metric: str, norms: Sequence[str] = PLACEMENTS
+) -> dict[str, np.ndarray]:
     """Per-length ``metric`` of each placement: norm -> [K, len(s)]."""
     return {norm: results.curves(metric, targets=targets, norm=norm) for norm in norms}
 
 
 def per_seed(results: Results, column: str, targets: str, norm: str) -> np.ndarray:
-    """``column`` (e.g. "tv_beyond") of one placement and target kind, one value per seed: [K]."""
+    """``column`` (e.g. "tv_beyond") of one placement and target kind, one value per
+    seed: [K]."""
     return results.values(column, targets=targets, norm=norm)
 
 
-def _seed_rows(results: Results, column: str, seeds: Sequence[int], **where: object) -> np.ndarray:
+def _seed_rows(
+    results: Results, column: str, seeds: Sequence[int], **where: object
+) -> np.ndarray:
     values = results.values(column, **where)
     order = results.seeds_of(**where)
     return np.array([values[order.index(seed)] for seed in seeds])
 
 
 def dropout_values(
-    placements: Results, dropout: Results, column: str, targets: str, kind: str, p: float
+    placements: Results,
+    dropout: Results,
+    column: str,
+    targets: str,
+    kind: str,
+    p: float,
 ) -> np.ndarray:
-    """``column`` of the no-norm model with dropout ``kind`` at rate ``p``, per seed of ``dropout``.
+    """``column`` of the no-norm model with dropout ``kind`` at rate ``p``, per seed of
+    ``dropout``.
 
     ``p = 0`` reads the no-dropout baseline from ``placements`` on the same seeds, so a
     comparison reads both sides on the same seeds.
     """
     require_choice("kind", kind, DROPOUT_KINDS)
     if p == 0:
-        return _seed_rows(placements, column, dropout.seeds, targets=targets, norm="none")
+        return _seed_rows(
+            placements, column, dropout.seeds, targets=targets, norm="none"
+        )
     return dropout.values(column, targets=targets, **{kind: float(p)})
 
 
-def dropout_rows(placements: Results, dropout: Results, columns: Sequence[str]) -> list[dict]:
-    """The dropout table's rows: per target kind, the no-dropout baseline (same seeds), then each
-    dropout setting; columns targets, attn_dropout, resid_dropout, seed and ``columns``."""
+def dropout_rows(
+    placements: Results, dropout: Results, columns: Sequence[str]
+) -> list[dict]:
+    """The dropout table's rows: per target kind, the no-dropout baseline (same seeds),
+    then each dropout setting; columns targets, attn_dropout, resid_dropout, seed and
+    ``columns``."""
     keys = ("targets", "norm", *DROPOUT_KINDS)
-    base = [r for r in placements.summary(columns, keys, norm="none") if r["seed"] in dropout.seeds]
+    base = [
+        r
+        for r in placements.summary(columns, keys, norm="none")
+        if r["seed"] in dropout.seeds
+    ]
     rows = dropout.summary(columns, keys)
-    return [row for targets in TARGETS for row in base + rows if row["targets"] == targets]
+    return [
+        row for targets in TARGETS for row in base + rows if row["targets"] == targets
+    ]
 
 
-def profiles(results: Results, n_sequences: int = 2000) -> dict[tuple[str, str], list[GapProfile]]:
-    """:func:`gap_profile` of every trained model: (targets, norm) -> one profile per seed."""
+def profiles(
+    results: Results, n_sequences: int = 2000
+) -> dict[tuple[str, str], list[GapProfile]]:
+    """:func:`gap_profile` of every trained model: (targets, norm) -> one profile per
+    seed."""
     return {
         (targets, norm): [
-            gap_profile(m, n_sequences) for m in results.result(targets=targets, norm=norm).models
+            gap_profile(m, n_sequences)
+            for m in results.result(targets=targets, norm=norm).models
         ]
         for targets in TARGETS
         for norm in PLACEMENTS
@@ -220,14 +290,21 @@ def profiles(results: Results, n_sequences: int = 2000) -> dict[tuple[str, str],
 
 
 def ratio(
-    profiles: Mapping[tuple[str, str], Sequence[GapProfile]], targets: str, norm: str, field: str = "gap"
+    profiles: Mapping[tuple[str, str], Sequence[GapProfile]],
+    targets: str,
+    norm: str,
+    field: str = "gap",
 ) -> np.ndarray:
-    """s x ``field`` at the longest s over s = 1, per seed (1: the 1/s law): see :func:`growth`."""
+    """s x ``field`` at the longest s over s = 1, per seed (1: the 1/s law): see
+    :func:`growth`."""
     return growth(profiles[(targets, norm)], field)
 
 
 def relative(
-    profiles: Mapping[tuple[str, str], Sequence[GapProfile]], targets: str, norm: str, field: str
+    profiles: Mapping[tuple[str, str], Sequence[GapProfile]],
+    targets: str,
+    norm: str,
+    field: str,
 ) -> np.ndarray:
     """``field`` of each seed divided by its value at s = 1: [K, len(s)]."""
     values = stack_profile(profiles[(targets, norm)], field)
@@ -239,40 +316,79 @@ def _spread(values: np.ndarray) -> str:
 
 
 def postnorm_claim(results: Results) -> Claim:
-    """Scorecard: post-norm length-generalises better than no norm, per seed, both target kinds."""
-    wins = {t: bool((per_seed(results, "tv_beyond", t, "post") < per_seed(results, "tv_beyond", t, "none")).all()) for t in TARGETS}
+    """Scorecard: post-norm length-generalises better than no norm, per seed, both
+    target kinds."""
+    wins = {
+        t: bool(
+            (
+                per_seed(results, "tv_beyond", t, "post")
+                < per_seed(results, "tv_beyond", t, "none")
+            ).all()
+        )
+        for t in TARGETS
+    }
     L, longest = TRAIN_LENGTH, int(results.lengths()[-1])
     parts = [
         f"{t} targets "
-        + ", ".join(f"{_spread(per_seed(results, 'tv_beyond', t, n))} {n}" for n in ("none", "post", "attn_out"))
+        + ", ".join(
+            f"{_spread(per_seed(results, 'tv_beyond', t, n))} {n}"
+            for n in ("none", "post", "attn_out")
+        )
         for t in TARGETS
     ]
-    number = f"mean TV at s = {L + 1}..{longest}, {len(results.seeds)} seeds, mean (range): " + "; ".join(parts)
-    return Claim("ch5-score-postnorm", verdict(all(wins.values()), partly=any(wins.values())), number)
+    number = (
+        f"mean TV at s = {L + 1}..{longest}, {len(results.seeds)} seeds, mean (range): "
+        + "; ".join(parts)
+    )
+    return Claim(
+        "ch5-score-postnorm",
+        verdict(all(wins.values()), partly=any(wins.values())),
+        number,
+    )
 
 
-NEAR_UNIFORM = 0.85  # H/log s above this at every s >= 2: near-uniform (the book's threshold)
+# H/log s above this at every s >= 2: near-uniform (the book's threshold)
+NEAR_UNIFORM = 0.85
 
 
 def resharpen_claim(profiles: Mapping[tuple[str, str], Sequence[GapProfile]]) -> Claim:
-    """Scorecard: "Post-Norm resharpens attention". The gap is restored (post's s x gap grows, and
-    freezing the divisor takes the growth away); the attention pattern stays near-uniform."""
-    post, frozen, none = (ratio(profiles, "soft", n, f) for n, f in (("post", "gap"), ("post", "frozen_gap"), ("none", "gap")))
-    entropy = min(stack_profile(p, "entropy_ratio")[:, 1:].min() for p in profiles.values())
-    restored = all((ratio(profiles, t, "post") > 1.5).all() for t in TARGETS) and bool((post > 2 * frozen).all())
-    sharpened = any(stack_profile(profiles[(t, "post")], "entropy_ratio")[:, 1:].min() < NEAR_UNIFORM for t in TARGETS)
+    """Scorecard: "Post-Norm resharpens attention". The gap is restored (post's s x gap
+    grows, and freezing the divisor takes the growth away); the attention pattern stays
+    near-uniform."""
+    post, frozen, none = (
+        ratio(profiles, "soft", n, f)
+        for n, f in (("post", "gap"), ("post", "frozen_gap"), ("none", "gap"))
+    )
+    entropy = min(
+        stack_profile(p, "entropy_ratio")[:, 1:].min() for p in profiles.values()
+    )
+    restored = all((ratio(profiles, t, "post") > 1.5).all() for t in TARGETS) and bool(
+        (post > 2 * frozen).all()
+    )
+    sharpened = any(
+        stack_profile(profiles[(t, "post")], "entropy_ratio")[:, 1:].min()
+        < NEAR_UNIFORM
+        for t in TARGETS
+    )
     n_models = sum(len(p) for p in profiles.values())
     s = profiles[("soft", "post")][0].s
     number = (
-        f"post, soft targets: s x gap at s = {s[-1]} / s = 1 = {post.mean():.2f} (seeds {post.min():.2f}-{post.max():.2f}; "
-        f"no norm {none.mean():.2f}; divisor frozen {frozen.mean():.2f}); attention entropy >= "
+        f"post, soft targets: s x gap at s = {s[-1]} / s = 1 = "
+        f"{post.mean():.2f} (seeds {post.min():.2f}-{post.max():.2f}; "
+        f"no norm {none.mean():.2f}; divisor frozen {frozen.mean():.2f}); "
+        "attention entropy >= "
         f"{entropy:.2f} of log s in all {n_models} models"
     )
-    return Claim("ch5-score-resharpen", verdict(restored and sharpened, partly=restored or sharpened), number)
+    return Claim(
+        "ch5-score-resharpen",
+        verdict(restored and sharpened, partly=restored or sharpened),
+        number,
+    )
 
 
 def dropout_changes(placements: Results, dropout: Results) -> np.ndarray:
-    """TV beyond with dropout minus without, per setting of ``DROPOUT`` and seed: [settings, seeds]."""
+    """TV beyond with dropout minus without, per setting of ``DROPOUT`` and seed:
+    [settings, seeds]."""
     return np.stack(
         [
             dropout_values(placements, dropout, "tv_beyond", t, k, p)
@@ -286,19 +402,37 @@ def dropout_claim(placements: Results, dropout: Results) -> Claim:
     """Scorecard: v1's "more dropout counteracts dispersion", on the no-norm model."""
     changes = dropout_changes(placements, dropout)  # > 0: worse with dropout
     helps = (changes < 0).all(axis=1)  # settings where dropout helps in every seed
-    soft = [dropout_values(placements, dropout, "tv_beyond", t, k, p).mean() for t, k, p in DROPOUT if t == "soft"]
-    base = dropout_values(placements, dropout, "tv_beyond", "soft", "attn_dropout", 0.0).mean()
+    soft = [
+        dropout_values(placements, dropout, "tv_beyond", t, k, p).mean()
+        for t, k, p in DROPOUT
+        if t == "soft"
+    ]
+    base = dropout_values(
+        placements, dropout, "tv_beyond", "soft", "attn_dropout", 0.0
+    ).mean()
     L, longest = TRAIN_LENGTH, int(placements.lengths()[-1])
     number = (
-        f"no norm, mean TV at s = {L + 1}..{longest}, {len(dropout.seeds)} seeds: soft targets {base:.3f} "
+        f"no norm, mean TV at s = {L + 1}..{longest}, {len(dropout.seeds)} "
+        f"seeds: soft targets {base:.3f} "
         f"without dropout, {min(soft):.3f}-{max(soft):.3f} with; "
-        f"dropout raises TV beyond s = {L} by at least {changes.min():.3f} in every setting and seed"
+        f"dropout raises TV beyond s = {L} by at least {changes.min():.3f} in "
+        "every setting and seed"
     )
-    return Claim("ch5-score-dropout", verdict(bool(helps.all()), partly=bool(helps.any())), number)
+    return Claim(
+        "ch5-score-dropout",
+        verdict(bool(helps.all()), partly=bool(helps.any())),
+        number,
+    )
 
 
 def scorecard(
-    placements: Results, profiles: Mapping[tuple[str, str], Sequence[GapProfile]], dropout: Results
+    placements: Results,
+    profiles: Mapping[tuple[str, str], Sequence[GapProfile]],
+    dropout: Results,
 ) -> list[Claim]:
     """The chapter's three scorecard rows."""
-    return [postnorm_claim(placements), resharpen_claim(profiles), dropout_claim(placements, dropout)]
+    return [
+        postnorm_claim(placements),
+        resharpen_claim(profiles),
+        dropout_claim(placements, dropout),
+    ]

@@ -1,26 +1,31 @@
-"""Chapter 6: noisy gradients, weight averaging, the temperature control and the random search.
+"""Chapter 6: noisy gradients, weight averaging, the temperature control and the random
+search.
 
 Three parts, in the chapter's order:
 
-- **Gradient noise.** The training loss is linear in the targets, and a sampled one-hot target has
-  mean p*, so for the same inputs the *expected* sampled-target gradient is exactly the soft-target
-  gradient. What differs is the spread around that mean. :func:`minibatch_gradients` and
-  :func:`gradient_noise` measure it (the same loss as :func:`lengthgen_lite.core.training.train`).
-- **The temperature control.** Multiplying every logit by ``c > 1`` sharpens the prediction
-  without changing which tokens rank first, and long-length TV is very sensitive to that scale:
-  :func:`tv_by_logit_scale` scores one model at many scales from one forward pass, on the same
-  sequences as :func:`lengthgen_lite.core.evaluation.evaluate_set_complement`.
-- **Runs and the search.** The chapter's experiments are ``SPECS`` (chapter 1's baseline with norm
-  placement, learning rate, batch size, dropout or target kind changed), trained by
-  :func:`lengthgen_lite.runs.run` with the averagers of :mod:`lengthgen_lite.core.averaging`
-  riding along and scored at every prefix length and logit scale; a :class:`Run` reads one
-  configuration of the ``Results``, :func:`score_rows` flattens them for the search's factors.
+- **Gradient noise.** The training loss is linear in the targets, and a sampled one-hot
+  target has mean p*, so for the same inputs the *expected* sampled-target gradient is
+  exactly the soft-target gradient. What differs is the spread around that mean.
+  :func:`minibatch_gradients` and :func:`gradient_noise` measure it (the same loss as
+  :func:`lengthgen_lite.core.training.train`).
+- **The temperature control.** Multiplying every logit by ``c > 1`` sharpens the
+  prediction without changing which tokens rank first, and long-length TV is very
+  sensitive to that scale: :func:`tv_by_logit_scale` scores one model at many scales
+  from one forward pass, on the same sequences as
+  :func:`lengthgen_lite.core.evaluation.evaluate_set_complement`.
+- **Runs and the search.** The chapter's experiments are ``SPECS`` (chapter 1's baseline
+  with norm placement, learning rate, batch size, dropout or target kind changed),
+  trained by :func:`lengthgen_lite.runs.run` with the averagers of
+  :mod:`lengthgen_lite.core.averaging` riding along and scored at every prefix length
+  and logit scale; a :class:`Run` reads one configuration of the ``Results``,
+  :func:`score_rows` flattens them for the search's factors.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Literal, Mapping, Sequence, get_args
+from typing import Literal, get_args
 
 import numpy as np
 import torch
@@ -29,7 +34,13 @@ from torch import Tensor, nn
 from ..core.evaluation import length_metrics
 from ..core.model import PLACEMENTS, NormPlacement, run_with_cache
 from ..core.seeding import make_generator, numpy_generator
-from ..core.tasks import Batch, Task, sample_next_tokens, sample_sequences, target_distribution
+from ..core.tasks import (
+    Batch,
+    Task,
+    sample_next_tokens,
+    sample_sequences,
+    target_distribution,
+)
 from ..core.training import TargetKind, TrainResult, training_loss
 from ..core.validation import require_choice
 from ..runs import Results, Spec
@@ -37,11 +48,14 @@ from ..runs.scorecard import Claim, verdict
 from ..runs.spec import Config
 from .ch1_set_complement import BASELINE
 
-# --- gradient noise ------------------------------------------------------------------------------
+# --- gradient noise -------------------------------------------------------------------
 
 
-def flat_gradient(model: nn.Module, inputs: Tensor, targets: Tensor, mask: Tensor) -> Tensor:
-    """Gradient of :func:`~lengthgen_lite.core.training.training_loss` w.r.t. all parameters of ``model``, flattened: [n_params].
+def flat_gradient(
+    model: nn.Module, inputs: Tensor, targets: Tensor, mask: Tensor
+) -> Tensor:
+    """Gradient of :func:`~lengthgen_lite.core.training.training_loss` w.r.t. all
+    parameters of ``model``, flattened: [n_params].
 
     Runs in eval mode (no dropout), so the only randomness is the batch and its targets.
     """
@@ -61,38 +75,64 @@ def _targets(batch: Batch, kind: TargetKind, generator: torch.Generator) -> Tens
         return batch.targets
     if kind == "sampled":
         n_out = batch.targets.shape[-1]
-        return nn.functional.one_hot(sample_next_tokens(batch.targets, generator), n_out).float()
+        return nn.functional.one_hot(
+            sample_next_tokens(batch.targets, generator), n_out
+        ).float()
     raise ValueError(f"targets={kind!r} is unknown; allowed: ('soft', 'sampled')")
 
 
 def minibatch_gradients(
-    model: nn.Module, task: Task, batch: int, n_batches: int, targets: TargetKind, seed: int = 0
+    model: nn.Module,
+    task: Task,
+    batch: int,
+    n_batches: int,
+    targets: TargetKind,
+    seed: int = 0,
 ) -> Tensor:
-    """Gradients on ``n_batches`` fresh training batches of ``batch`` examples: [n_batches, n_params].
+    """Gradients on ``n_batches`` fresh training batches of ``batch`` examples:
+    [n_batches, n_params].
 
-    Each batch is drawn as ``train`` draws it (input size from ``task.train_sizes()``, cycling).
+    Each batch is drawn as ``train`` draws it (input size from ``task.train_sizes()``,
+    cycling).
     """
     if not isinstance(n_batches, int) or n_batches < 2:
-        raise ValueError(f"n_batches must be an int >= 2 (a spread needs two samples), got {n_batches!r}")
+        raise ValueError(
+            "n_batches must be an int >= 2 (a spread needs two samples), got "
+            f"{n_batches!r}"
+        )
     generator = make_generator(seed)
     sizes = list(task.train_sizes())
     rows = []
     for i in range(n_batches):
         b = task.sample_train_batch(batch, sizes[i % len(sizes)], generator)
-        rows.append(flat_gradient(model, b.inputs, _targets(b, targets, generator), b.loss_mask))
+        rows.append(
+            flat_gradient(model, b.inputs, _targets(b, targets, generator), b.loss_mask)
+        )
     return torch.stack(rows)
 
 
-def resampled_target_gradients(model: nn.Module, batch: Batch, n_draws: int, seed: int = 0) -> Tensor:
-    """Gradients for ``n_draws`` independent draws of sampled targets on the *same* inputs: [n_draws, n_params].
+def resampled_target_gradients(
+    model: nn.Module, batch: Batch, n_draws: int, seed: int = 0
+) -> Tensor:
+    """Gradients for ``n_draws`` independent draws of sampled targets on the *same*
+    inputs: [n_draws, n_params].
 
-    Their mean tends to the soft-target gradient on those inputs (the loss is linear in the targets).
+    Their mean tends to the soft-target gradient on those inputs (the loss is linear in
+    the targets).
     """
     if not isinstance(n_draws, int) or n_draws < 1:
         raise ValueError(f"n_draws must be a positive int, got {n_draws!r}")
     generator = make_generator(seed)
     return torch.stack(
-        [flat_gradient(model, batch.inputs, _targets(batch, "sampled", generator), batch.loss_mask) for _ in range(n_draws)]
+        [
+            flat_gradient(
+                model,
+                batch.inputs,
+                _targets(batch, "sampled", generator),
+                batch.loss_mask,
+            )
+            for _ in range(n_draws)
+        ]
     )
 
 
@@ -100,16 +140,19 @@ def resampled_target_gradients(model: nn.Module, batch: Batch, n_draws: int, see
 class GradientNoise:
     """Summary of gradient samples g_1..g_n (rows): signal, noise and their ratio."""
 
-    mean_sq_norm: float  # ||E g||^2, estimated without bias (||mean||^2 - trace_cov / n): the signal
+    # ||E g||^2, estimated without bias (||mean||^2 - trace_cov / n): the signal
+    mean_sq_norm: float
     trace_cov: float  # E||g - E g||^2 (unbiased): the noise, summed over parameters
     snr: float  # mean_sq_norm / trace_cov: below 1, a single step is mostly noise
 
 
 def gradient_noise(grads: Tensor) -> GradientNoise:
-    """Signal ``||E g||^2``, noise ``tr Cov`` and their ratio for gradient samples [n, n_params].
+    """Signal ``||E g||^2``, noise ``tr Cov`` and their ratio for gradient samples [n,
+    n_params].
 
-    ``||mean||^2`` alone overstates the signal by ``tr Cov / n`` (the noise left in a mean of n
-    samples), which matters when the noise dominates; that share is subtracted.
+    ``||mean||^2`` alone overstates the signal by ``tr Cov / n`` (the noise left in a
+    mean of n samples), which matters when the noise dominates; that share is
+    subtracted.
     """
     if grads.dim() != 2 or grads.shape[0] < 2:
         raise ValueError(f"grads must be [n >= 2, n_params], got {tuple(grads.shape)}")
@@ -117,60 +160,89 @@ def gradient_noise(grads: Tensor) -> GradientNoise:
     mean = grads.mean(dim=0)
     trace_cov = float(((grads - mean) ** 2).sum(dim=1).sum() / (grads.shape[0] - 1))
     signal = float(mean.square().sum()) - trace_cov / grads.shape[0]
-    return GradientNoise(mean_sq_norm=signal, trace_cov=trace_cov, snr=signal / trace_cov)
+    return GradientNoise(
+        mean_sq_norm=signal, trace_cov=trace_cov, snr=signal / trace_cov
+    )
 
 
-# --- the temperature control ---------------------------------------------------------------------
+# --- the temperature control ----------------------------------------------------------
 
 
 @torch.no_grad()
 def tv_by_logit_scale(
-    model: nn.Module, v: int, scales: Sequence[float], n_sequences: int = 2000, seed: int = 0
+    model: nn.Module,
+    v: int,
+    scales: Sequence[float],
+    n_sequences: int = 2000,
+    seed: int = 0,
 ) -> np.ndarray:
-    """TV to p* at every prefix length for the logits times each scale: [len(scales), v-1].
+    """TV to p* at every prefix length for the logits times each scale: [len(scales),
+    v-1].
 
-    Row ``i`` equals ``evaluate_set_complement(model, v, n_sequences, seed, logit_scale=scales[i]).tv``.
+    Row ``i`` equals ``evaluate_set_complement(model, v, n_sequences, seed,
+    logit_scale=scales[i]).tv``.
     """
     scales = [float(c) for c in scales]
     if not scales or not all(c > 0 for c in scales):
-        raise ValueError(f"scales must be a non-empty list of positive floats, got {scales!r}")
-    tokens = sample_sequences(v, v - 1, n_sequences, make_generator(seed))  # [batch, v-1]
+        raise ValueError(
+            f"scales must be a non-empty list of positive floats, got {scales!r}"
+        )
+    # [batch, v-1]
+    tokens = sample_sequences(v, v - 1, n_sequences, make_generator(seed))
     logits, _ = run_with_cache(model, tokens, names=[])  # [batch, s, v], eval mode
     tables = length_metrics(logits, target_distribution(tokens, v), logit_scales=scales)
     return np.stack([table.tv for table in tables])
 
 
-def matched_scale(tv_curve: np.ndarray, scales: Sequence[float], target: float) -> float:
-    """The scale whose TV in ``tv_curve`` [len(scales)] is closest to ``target`` (the first one on ties).
+def matched_scale(
+    tv_curve: np.ndarray, scales: Sequence[float], target: float
+) -> float:
+    """The scale whose TV in ``tv_curve`` [len(scales)] is closest to ``target`` (the
+    first one on ties).
 
-    Used to ask: how much must the raw logits be sharpened to match an averaged model's TV?
+    Used to ask: how much must the raw logits be sharpened to match an averaged model's
+    TV?
     """
     tv_curve = np.asarray(tv_curve, dtype=float)
     if tv_curve.shape != (len(scales),):
-        raise ValueError(f"tv_curve must have one entry per scale ({len(scales)}), got shape {tv_curve.shape}")
+        raise ValueError(
+            f"tv_curve must have one entry per scale ({len(scales)}), got "
+            f"shape {tv_curve.shape}"
+        )
     return float(scales[int(np.argmin(np.abs(tv_curve - target)))])
 
 
-def scaling_matches(raw_train: np.ndarray, raw_beyond: np.ndarray, train: float, beyond: float) -> bool:
-    """Does some logit scale of the raw model reach TV <= ``train`` at the training lengths *and*
-    <= ``beyond`` beyond them? ``raw_train``, ``raw_beyond``: mean TV per scale, [len(scales)].
+def scaling_matches(
+    raw_train: np.ndarray, raw_beyond: np.ndarray, train: float, beyond: float
+) -> bool:
+    """Does some logit scale of the raw model reach TV <= ``train`` at the training
+    lengths *and* <= ``beyond`` beyond them? ``raw_train``, ``raw_beyond``: mean TV per
+    scale, [len(scales)].
 
-    If not, a model reaching (``train``, ``beyond``) is better in a way no temperature explains.
+    If not, a model reaching (``train``, ``beyond``) is better in a way no temperature
+    explains.
     """
-    raw_train, raw_beyond = np.asarray(raw_train, dtype=float), np.asarray(raw_beyond, dtype=float)
+    raw_train, raw_beyond = (
+        np.asarray(raw_train, dtype=float),
+        np.asarray(raw_beyond, dtype=float),
+    )
     if raw_train.ndim != 1 or raw_train.shape != raw_beyond.shape:
-        raise ValueError(f"raw_train and raw_beyond must be matching 1-D arrays, got {raw_train.shape}, {raw_beyond.shape}")
+        raise ValueError(
+            "raw_train and raw_beyond must be matching 1-D arrays, got "
+            f"{raw_train.shape}, {raw_beyond.shape}"
+        )
     return bool(((raw_train <= train) & (raw_beyond <= beyond)).any())
 
 
-# --- runs and the search -------------------------------------------------------------------------
+# --- runs and the search --------------------------------------------------------------
 
 LengthRange = Literal["train", "beyond"]
 
 
 @dataclass(frozen=True)
 class Run:
-    """One configuration of a ``Results`` read the chapter's way: TV by length, scale and variant.
+    """One configuration of a ``Results`` read the chapter's way: TV by length, scale
+    and variant.
 
     ``tv[variant]`` is [K, len(scales), v-1]; ``result`` holds the trained models.
     """
@@ -183,7 +255,8 @@ class Run:
         return self.results.configs[self.index]
 
     @property
-    def spec(self) -> Config:  # the configuration (norm, lr, batch, resid_dropout, targets)
+    # the configuration (norm, lr, batch, resid_dropout, targets)
+    def spec(self) -> Config:
         return self.config
 
     @property
@@ -200,37 +273,62 @@ class Run:
 
     @property
     def tv(self) -> dict[str, np.ndarray]:
-        return {v: np.stack([self.curve(v, c) for c in self.scales], axis=1) for v in self.results.variants}
+        return {
+            v: np.stack([self.curve(v, c) for c in self.scales], axis=1)
+            for v in self.results.variants
+        }
 
     def _check(self, variant: str) -> None:
         if variant not in self.results.variants:
-            raise ValueError(f"variant {variant!r} is unknown; this run has {sorted(self.results.variants)}")
+            raise ValueError(
+                f"variant {variant!r} is unknown; this run has "
+                f"{sorted(self.results.variants)}"
+            )
 
     def curve(self, variant: str, scale: float = 1.0) -> np.ndarray:
         """TV by prefix length at one logit scale: [K, v-1]."""
         self._check(variant)
         if scale not in self.scales:
-            raise ValueError(f"scale {scale!r} was not evaluated; available: {self.scales}")
-        return self.results.curves("tv", config=self.index, variant=variant, scale=scale)
+            raise ValueError(
+                f"scale {scale!r} was not evaluated; available: {self.scales}"
+            )
+        return self.results.curves(
+            "tv", config=self.index, variant=variant, scale=scale
+        )
 
-    def mean_tv(self, variant: str, lengths: LengthRange, scale: float = 1.0) -> np.ndarray:
-        """Mean TV over the training lengths ``s <= L`` or the lengths beyond them, per seed: [K]."""
+    def mean_tv(
+        self, variant: str, lengths: LengthRange, scale: float = 1.0
+    ) -> np.ndarray:
+        """Mean TV over the training lengths ``s <= L`` or the lengths beyond them, per
+        seed: [K]."""
         require_choice("lengths", lengths, get_args(LengthRange))
         self._check(variant)
-        return self.results.values(f"tv_{lengths}", config=self.index, variant=variant, scale=scale)
+        return self.results.values(
+            f"tv_{lengths}", config=self.index, variant=variant, scale=scale
+        )
 
-    def gain(self, lengths: LengthRange, variant: str = "ema", scale: float = 1.0) -> np.ndarray:
-        """Raw TV minus ``variant``'s TV over a length range, per seed: [K] (> 0: averaging helps)."""
-        return self.mean_tv("raw", lengths, scale) - self.mean_tv(variant, lengths, scale)
+    def gain(
+        self, lengths: LengthRange, variant: str = "ema", scale: float = 1.0
+    ) -> np.ndarray:
+        """Raw TV minus ``variant``'s TV over a length range, per seed: [K] (> 0:
+        averaging helps)."""
+        return self.mean_tv("raw", lengths, scale) - self.mean_tv(
+            variant, lengths, scale
+        )
 
     def scale_curve(self, variant: str, lengths: LengthRange) -> np.ndarray:
-        """Mean TV over a length range at every evaluated scale, per seed: [K, len(scales)]."""
-        return np.stack([self.mean_tv(variant, lengths, c) for c in self.scales], axis=1)
+        """Mean TV over a length range at every evaluated scale, per seed: [K,
+        len(scales)]."""
+        return np.stack(
+            [self.mean_tv(variant, lengths, c) for c in self.scales], axis=1
+        )
 
 
-def by_config(results: Results, keys: Sequence[str] = ("norm", "batch", "lr")) -> dict[object, Run]:
-    """Every configuration of ``results`` as a :class:`Run`, keyed by the ``keys`` fields (a
-    tuple of them; one key: its value)."""
+def by_config(
+    results: Results, keys: Sequence[str] = ("norm", "batch", "lr")
+) -> dict[object, Run]:
+    """Every configuration of ``results`` as a :class:`Run`, keyed by the ``keys``
+    fields (a tuple of them; one key: its value)."""
     out: dict[object, Run] = {}
     for i, c in enumerate(results.configs):
         key = tuple(getattr(c, k) for k in keys)
@@ -244,19 +342,39 @@ def runs_of(results: Results) -> list[Run]:
 
 
 def score_rows(runs: Sequence[Run], scale: float = 1.0) -> list[dict[str, object]]:
-    """One row per (run, variant, seed): norm, lr, batch, dropout (residual), targets, ``run``
-    (index in ``runs``), ``seed``, ``variant``, ``ema`` (variant is "ema"), ``tv_train``,
-    ``tv_beyond``. The flat table the plots and the factor analysis read.
+    """One row per (run, variant, seed): norm, lr, batch, dropout (residual), targets,
+    ``run`` (index in ``runs``), ``seed``, ``variant``, ``ema`` (variant is "ema"),
+    ``tv_train``, ``tv_beyond``. The flat table the plots and the factor analysis read.
     """
     rows = []
     for index, run in enumerate(runs):
         c = run.config
-        fields = {"norm": c.norm, "lr": c.lr, "batch": c.batch, "dropout": c.resid_dropout, "targets": c.targets}
+        fields = {
+            "norm": c.norm,
+            "lr": c.lr,
+            "batch": c.batch,
+            "dropout": c.resid_dropout,
+            "targets": c.targets,
+        }
         for variant in run.results.variants:
-            train_tv, beyond_tv = run.mean_tv(variant, "train", scale), run.mean_tv(variant, "beyond", scale)
-            for k, seed in enumerate(run.results.seeds_of(config=run.index, variant=variant, scale=scale)):
-                row = {"run": index, "seed": seed, "variant": variant, "ema": variant == "ema"}
-                rows.append(fields | row | {"tv_train": float(train_tv[k]), "tv_beyond": float(beyond_tv[k])})
+            train_tv, beyond_tv = (
+                run.mean_tv(variant, "train", scale),
+                run.mean_tv(variant, "beyond", scale),
+            )
+            for k, seed in enumerate(
+                run.results.seeds_of(config=run.index, variant=variant, scale=scale)
+            ):
+                row = {
+                    "run": index,
+                    "seed": seed,
+                    "variant": variant,
+                    "ema": variant == "ema",
+                }
+                rows.append(
+                    fields
+                    | row
+                    | {"tv_train": float(train_tv[k]), "tv_beyond": float(beyond_tv[k])}
+                )
     return rows
 
 
@@ -267,7 +385,8 @@ def signed(x: float, digits: int) -> str:
 
 @dataclass(frozen=True)
 class SearchSpace:
-    """Where the random search draws from (the book's choice; the paper's ranges are unknown)."""
+    """Where the random search draws from (the book's choice; the paper's ranges are
+    unknown)."""
 
     lr: tuple[float, float] = (1e-3, 3e-2)  # log-uniform
     batch: tuple[int, ...] = (32, 64, 128)
@@ -277,19 +396,25 @@ class SearchSpace:
     def __post_init__(self) -> None:
         low, high = self.lr
         if not 0 < low < high:
-            raise ValueError(f"lr must be a range (low, high) with 0 < low < high, got {self.lr!r}")
+            raise ValueError(
+                f"lr must be a range (low, high) with 0 < low < high, got {self.lr!r}"
+            )
         low, high = self.dropout
         if not 0.0 <= low <= high < 1.0:
-            raise ValueError(f"dropout must be a range (low, high) inside [0, 1), got {self.dropout!r}")
+            raise ValueError(
+                "dropout must be a range (low, high) inside [0, 1), got "
+                f"{self.dropout!r}"
+            )
         if not self.batch or not self.norm:
             raise ValueError("batch and norm must each offer at least one value")
 
 
 def sample_specs(n: int, seed: int, space: SearchSpace = SearchSpace()) -> list[Config]:
-    """``n`` random configurations, drawn independently; values rounded so that they print cleanly.
+    """``n`` random configurations, drawn independently; values rounded so that they
+    print cleanly.
 
-    Every norm placement appears ``n // len(space.norm)`` or one more times (a shuffled, balanced
-    assignment), so no placement is missed by chance in a small search.
+    Every norm placement appears ``n // len(space.norm)`` or one more times (a shuffled,
+    balanced assignment), so no placement is missed by chance in a small search.
     """
     if not isinstance(n, int) or n < 1:
         raise ValueError(f"n must be a positive int, got {n!r}")
@@ -320,43 +445,59 @@ class FactorFit:
 
     r_squared: float  # of the full fit
     importance: dict[str, float]  # factor -> drop in R^2 when it is left out
-    effects: dict[str, dict[str, float]]  # factor -> {level: effect vs the first level} or {"slope": per unit / per decade}
+    # factor -> {level: effect vs the first level} or {"slope": per unit / per decade}
+    effects: dict[str, dict[str, float]]
 
 
 def factor_importance(
-    rows: Sequence[Mapping[str, object]], response: str, factors: Mapping[str, FactorKind]
+    rows: Sequence[Mapping[str, object]],
+    response: str,
+    factors: Mapping[str, FactorKind],
 ) -> FactorFit:
-    """How much each factor explains: the drop in R^2 of a main-effects least-squares fit without it.
+    """How much each factor explains: the drop in R^2 of a main-effects least-squares
+    fit without it.
 
-    Categorical factors enter as one-hot columns (levels sorted as strings; effects relative to the
-    first), ``numeric`` as they are, ``log`` as log10 (slope per decade). The drops need not add up
-    to the full R^2 (factors can share explained variance).
+    Categorical factors enter as one-hot columns (levels sorted as strings; effects
+    relative to the first), ``numeric`` as they are, ``log`` as log10 (slope per
+    decade). The drops need not add up to the full R^2 (factors can share explained
+    variance).
     """
     if not rows:
         raise ValueError("rows must hold at least one row")
     for name, kind in factors.items():
         if kind not in get_args(FactorKind):
-            raise ValueError(f"factor {name!r} has kind {kind!r}; allowed: {get_args(FactorKind)}")
+            raise ValueError(
+                f"factor {name!r} has kind {kind!r}; allowed: {get_args(FactorKind)}"
+            )
         if any(name not in row for row in rows):
             raise ValueError(f"factor {name!r} is missing from some rows")
     y = np.array([float(row[response]) for row in rows])  # type: ignore[arg-type]
     columns = {name: _columns(rows, name, kind) for name, kind in factors.items()}
     full, coef = _fit(y, [block for block, _ in columns.values()])
     importance = {
-        name: full - _fit(y, [block for other, (block, _) in columns.items() if other != name])[0] for name in factors
+        name: full
+        - _fit(y, [block for other, (block, _) in columns.items() if other != name])[0]
+        for name in factors
     }
     effects, start = {}, 1
     for name, (block, labels) in columns.items():
-        effects[name] = {label: float(c) for label, c in zip(labels, coef[start : start + block.shape[1]])}
+        effects[name] = {
+            label: float(c)
+            for label, c in zip(labels, coef[start : start + block.shape[1]])
+        }
         start += block.shape[1]
     return FactorFit(r_squared=full, importance=importance, effects=effects)
 
 
-def _columns(rows: Sequence[Mapping[str, object]], name: str, kind: FactorKind) -> tuple[np.ndarray, list[str]]:
+def _columns(
+    rows: Sequence[Mapping[str, object]], name: str, kind: FactorKind
+) -> tuple[np.ndarray, list[str]]:
     values = [row[name] for row in rows]
     if kind == "categorical":
         levels = sorted({str(v) for v in values})
-        block = np.array([[float(str(v) == level) for level in levels[1:]] for v in values]).reshape(len(rows), -1)
+        block = np.array(
+            [[float(str(v) == level) for level in levels[1:]] for v in values]
+        ).reshape(len(rows), -1)
         return block, levels[1:]
     numbers = np.array([float(v) for v in values])  # type: ignore[arg-type]
     return (np.log10(numbers) if kind == "log" else numbers)[:, None], ["slope"]
@@ -373,28 +514,64 @@ def _fit(y: np.ndarray, blocks: Sequence[np.ndarray]) -> tuple[float, np.ndarray
 def bootstrap_mean_difference(
     differences: Sequence[float], n_resamples: int = 2000, seed: int = 0
 ) -> tuple[float, float, float]:
-    """Mean of paired differences and a 95% percentile bootstrap interval: (mean, low, high)."""
+    """Mean of paired differences and a 95% percentile bootstrap interval: (mean, low,
+    high)."""
     d = np.asarray(differences, dtype=float)
     if d.ndim != 1 or len(d) < 2:
-        raise ValueError(f"differences must be a 1-D sequence of at least 2 values, got shape {d.shape}")
+        raise ValueError(
+            "differences must be a 1-D sequence of at least 2 values, got "
+            f"shape {d.shape}"
+        )
     rng = numpy_generator(seed)
     means = d[rng.integers(0, len(d), size=(n_resamples, len(d)))].mean(axis=1)
-    return float(d.mean()), float(np.quantile(means, 0.025)), float(np.quantile(means, 0.975))
+    return (
+        float(d.mean()),
+        float(np.quantile(means, 0.025)),
+        float(np.quantile(means, 0.975)),
+    )
 
 
-
-# --- the chapter's experiments, declared as data ---------------------------------------------------
+# --- the chapter's experiments, declared as data --------------------------------------
 
 SEEDS = (0, 1, 2)
-SCALES = (0.25, 0.35, 0.5, 0.7, 0.85, 1.0, 1.2, 1.5, 2.0, 2.5, 3.0, 4.0, 6.0, 8.0, 12.0, 16.0)  # logit factors c
-AVERAGERS = {"ema": {"beta": 0.99}, "bema": {"kappa": 0.5, "eta": 0.2, "rho": 10.0, "gamma": 1.0, "tau": 0, "phi": 1}}
+# logit factors c
+SCALES = (
+    0.25,
+    0.35,
+    0.5,
+    0.7,
+    0.85,
+    1.0,
+    1.2,
+    1.5,
+    2.0,
+    2.5,
+    3.0,
+    4.0,
+    6.0,
+    8.0,
+    12.0,
+    16.0,
+)
+AVERAGERS = {
+    "ema": {"beta": 0.99},
+    "bema": {"kappa": 0.5, "eta": 0.2, "rho": 10.0, "gamma": 1.0, "tau": 0, "phi": 1},
+}
 SEARCH_STEPS, SEARCH_SEEDS, SEARCH_RUNS, SEARCH_SEED = 400, (0, 1), 16, 6
 
 
-def search_configs(n: int = SEARCH_RUNS, seed: int = SEARCH_SEED) -> list[dict[str, object]]:
+def search_configs(
+    n: int = SEARCH_RUNS, seed: int = SEARCH_SEED
+) -> list[dict[str, object]]:
     """The random search's configurations (:func:`sample_specs`) as spec fields."""
     return [
-        {"norm": c.norm, "lr": c.lr, "batch": c.batch, "resid_dropout": c.resid_dropout, "targets": c.targets}
+        {
+            "norm": c.norm,
+            "lr": c.lr,
+            "batch": c.batch,
+            "resid_dropout": c.resid_dropout,
+            "targets": c.targets,
+        }
         for c in sample_specs(n, seed)
     ]
 
@@ -402,7 +579,8 @@ def search_configs(n: int = SEARCH_RUNS, seed: int = SEARCH_SEED) -> list[dict[s
 SPECS: dict[str, Spec] = {
     "ch6/grid": Spec(
         name="ch6/grid",
-        description="sampled targets: norm x batch x lr, raw weights against EMA and BEMA, many logit scales",
+        description="sampled targets: norm x batch x lr, raw weights against EMA and "
+        "BEMA, many logit scales",
         grid={"norm": ("none", "attn_out"), "batch": (32, 128), "lr": (3e-3, 1e-2)},
         base={**BASELINE, "targets": "sampled"},
         seeds=SEEDS,
@@ -419,7 +597,9 @@ SPECS: dict[str, Spec] = {
     ),
     "ch6/search": Spec(
         name="ch6/search",
-        description="the random search: norm, lr, batch and dropout drawn at random, EMA off/on",
+        description=(
+            "the random search: norm, lr, batch and dropout drawn at random, EMA off/on"
+        ),
         configs=search_configs(),
         base={**BASELINE, "steps": SEARCH_STEPS},
         seeds=SEARCH_SEEDS,
@@ -429,62 +609,97 @@ SPECS: dict[str, Spec] = {
 }
 
 
-# --- the scorecard ----------------------------------------------------------------------------------
+# --- the scorecard --------------------------------------------------------------------
 
 
 def ema_claim(grid: Mapping[object, Run]) -> Claim:
-    """"EMA helps length generalisation": lower TV at the training lengths in every model, and
-    beyond them by > 0.01 in every configuration of each norm (seed means)."""
+    """The claim that EMA helps length generalisation: lower TV at the training
+    lengths in every model, and beyond them by > 0.01 in every configuration of each
+    norm (seed means)."""
     runs = list(grid.values())
     train_gain = np.concatenate([run.gain("train") for run in runs])
-    relative = np.concatenate([run.gain("train") / run.mean_tv("raw", "train") for run in runs])
+    relative = np.concatenate(
+        [run.gain("train") / run.mean_tv("raw", "train") for run in runs]
+    )
     norms = dict.fromkeys(run.config.norm for run in runs)
-    beyond = {n: np.array([r.gain("beyond").mean() for r in runs if r.config.norm == n]) for n in norms}
+    beyond = {
+        n: np.array([r.gain("beyond").mean() for r in runs if r.config.norm == n])
+        for n in norms
+    }
     helps_train = bool((train_gain > 0).all())
     helps_beyond = {norm: bool((gain > 0.01).all()) for norm, gain in beyond.items()}
-    word = verdict(helps_train and all(helps_beyond.values()), partly=helps_train or any(helps_beyond.values()))
+    word = verdict(
+        helps_train and all(helps_beyond.values()),
+        partly=helps_train or any(helps_beyond.values()),
+    )
     L, n_seeds = runs[0].train_length, len(runs[0].results.seeds)
     number = (
-        f"sampled targets, {len(runs)} configurations x {n_seeds} seeds: EMA lowers TV at s <= {L} in "
-        f"{int((train_gain > 0).sum())}/{len(train_gain)} models (by {relative.min():.2f}-{relative.max():.2f} "
-        f"of the raw TV); mean TV beyond lower by {beyond['attn_out'].mean():.3f} with LN on the attention output "
-        f"(configurations {beyond['attn_out'].min():.3f}-{beyond['attn_out'].max():.3f}), "
+        f"sampled targets, {len(runs)} configurations x {n_seeds} seeds: EMA "
+        f"lowers TV at s <= {L} in "
+        f"{int((train_gain > 0).sum())}/{len(train_gain)} models (by "
+        f"{relative.min():.2f}-{relative.max():.2f} "
+        "of the raw TV); mean TV beyond lower by "
+        f"{beyond['attn_out'].mean():.3f} with LN on the attention output "
+        "(configurations "
+        f"{beyond['attn_out'].min():.3f}-{beyond['attn_out'].max():.3f}), "
         f"{beyond['none'].mean():.3f} without a norm"
     )
     return Claim("ch6-score-ema", word, number)
 
 
 def bema_claim(grid: Mapping[object, Run]) -> Claim:
-    """"BEMA helps": BEMA against the raw weights per configuration (seed means), and against EMA."""
+    """The claim that BEMA helps: BEMA against the raw weights per configuration (seed
+    means), and against EMA."""
     runs = list(grid.values())
-    vs_ema = np.array([r.mean_tv("bema", "train").mean() - r.mean_tv("ema", "train").mean() for r in runs])
-    train = np.array([r.mean_tv("bema", "train").mean() - r.mean_tv("raw", "train").mean() for r in runs])
-    beyond = np.array([-r.gain("beyond", "bema").mean() for r in runs])  # > 0: worse than raw
+    vs_ema = np.array(
+        [
+            r.mean_tv("bema", "train").mean() - r.mean_tv("ema", "train").mean()
+            for r in runs
+        ]
+    )
+    train = np.array(
+        [
+            r.mean_tv("bema", "train").mean() - r.mean_tv("raw", "train").mean()
+            for r in runs
+        ]
+    )
+    # > 0: worse than raw
+    beyond = np.array([-r.gain("beyond", "bema").mean() for r in runs])
     everywhere = bool((train < 0).all() and (beyond < 0).all())
     somewhere = bool((train < 0).any() or (beyond < 0).any())
     L, n_seeds = runs[0].train_length, len(runs[0].results.seeds)
     number = (
-        f"BEMA minus raw mean TV over {len(runs)} configurations x {n_seeds} seeds (negative = better): "
+        f"BEMA minus raw mean TV over {len(runs)} configurations x {n_seeds} "
+        "seeds (negative = better): "
         f"{train.min():+.3f} to {train.max():+.3f} at s <= {L}, "
-        f"{beyond.min():+.3f} to {beyond.max():+.3f} beyond; worse than EMA at s <= {L} "
+        f"{beyond.min():+.3f} to {beyond.max():+.3f} beyond; worse than EMA "
+        f"at s <= {L} "
         f"in every configuration (by at least {vs_ema.min():.3f})"
     )
     return Claim("ch6-score-bema", verdict(everywhere, partly=somewhere), number)
 
 
 def temperature_claim(
-    matched: Sequence[bool], best_gap: Mapping[str, np.ndarray], scales: Sequence[float], train_length: int
+    matched: Sequence[bool],
+    best_gap: Mapping[str, np.ndarray],
+    scales: Sequence[float],
+    train_length: int,
 ) -> Claim:
-    """"EMA's gain is not just a logit-temperature change": ``matched`` per model (some scale of
-    the raw logits reaches EMA's TV on both length ranges), ``best_gap`` (raw minus EMA beyond, each
-    at its best scale) per norm."""
+    """The claim that EMA's gain is not just a logit-temperature change: ``matched``
+    per model (some scale of the raw logits reaches EMA's TV on both length ranges),
+    ``best_gap`` (raw minus EMA beyond, each at its best scale) per norm."""
     n, hits = len(matched), int(sum(matched))
     number = (
-        f"no logit factor c in {scales[0]:g}-{scales[-1]:g} gives the raw weights EMA's TV on both length "
-        f"ranges in {n - hits}/{n} models; each at its own best c beyond s = {train_length}, EMA still "
-        f"lower by at least {best_gap['none'].min():.3f} (no norm) and {best_gap['attn_out'].min():.3f} (attn_out)"
+        f"no logit factor c in {scales[0]:g}-{scales[-1]:g} gives the raw "
+        "weights EMA's TV on both length "
+        f"ranges in {n - hits}/{n} models; each at its own best c beyond s = "
+        f"{train_length}, EMA still "
+        f"lower by at least {best_gap['none'].min():.3f} (no norm) and "
+        f"{best_gap['attn_out'].min():.3f} (attn_out)"
     )
-    return Claim("ch6-score-temperature", verdict(hits == 0, partly=hits < n / 2), number)
+    return Claim(
+        "ch6-score-temperature", verdict(hits == 0, partly=hits < n / 2), number
+    )
 
 
 def search_claim(
@@ -496,16 +711,22 @@ def search_claim(
     steps: int,
     train_length: int,
 ) -> Claim:
-    """v1's random search: dropout and EMA improve length generalisation. A gain beyond the
-    training lengths counts only if sizable: EMA's mean paired change below -0.01, dropout's
-    slope below -0.1 TV per unit rate."""
+    """v1's random search: dropout and EMA improve length generalisation. A gain beyond
+    the training lengths counts only if sizable: EMA's mean paired change below -0.01,
+    dropout's slope below -0.1 TV per unit rate."""
     ema_helps, dropout_helps = ema_beyond[0] < -0.01, dropout_slope < -0.1
     beyond = importance["tv_beyond"]
     number = (
-        f"{n_runs} runs x EMA off/on, {n_seeds} seeds, {steps} steps: share of variance beyond "
+        f"{n_runs} runs x EMA off/on, {n_seeds} seeds, {steps} steps: share "
+        "of variance beyond "
         f"s = {train_length} norm {beyond['norm']:.2f}, EMA {beyond['ema']:.2f}, "
-        f"dropout {beyond['dropout']:.2f}; EMA changes TV beyond by {signed(ema_beyond[0], 3)} "
+        f"dropout {beyond['dropout']:.2f}; EMA changes TV beyond by "
+        f"{signed(ema_beyond[0], 3)} "
         f"(95% CI {signed(ema_beyond[1], 3)} to {signed(ema_beyond[2], 3)}); "
         f"dropout slope {signed(dropout_slope, 2)} TV per unit rate"
     )
-    return Claim("ch6-score-search", verdict(ema_helps and dropout_helps, partly=ema_helps or dropout_helps), number)
+    return Claim(
+        "ch6-score-search",
+        verdict(ema_helps and dropout_helps, partly=ema_helps or dropout_helps),
+        number,
+    )

@@ -1,22 +1,26 @@
-"""Beyond set complement: norm placements and EMA on a board game and a formal-language suite. Chapter 7.
+"""Beyond set complement: norm placements and EMA on a board game and a formal-language
+suite. Chapter 7.
 
-The chapter's experiment is declared as data (``SPECS["ch7/placements"]``: task x target kind x
-norm placement); :func:`lengthgen_lite.runs.run` trains each configuration's seeds in one batched
-call with an EMA riding along and scores the raw and the averaged weights at every length on one
-fixed test batch per task (:func:`evaluate_lengths`, registered as the "sequence" evaluation);
-:func:`scorecard` turns the ``Results`` into the chapter's scorecard rows. Length is the number of tokens seen: moves played in the game, symbols
-read in a language. Every task trains on lengths ``1..train_length`` and is tested up to
-``test_length`` (two to three times longer).
+The chapter's experiment is declared as data (``SPECS["ch7/placements"]``: task x target
+kind x norm placement); :func:`lengthgen_lite.runs.run` trains each configuration's
+seeds in one batched call with an EMA riding along and scores the raw and the averaged
+weights at every length on one fixed test batch per task (:func:`evaluate_lengths`,
+registered as the "sequence" evaluation); :func:`scorecard` turns the ``Results`` into
+the chapter's scorecard rows. Length is the number of tokens seen: moves played in the
+game, symbols read in a language. Every task trains on lengths ``1..train_length`` and
+is tested up to ``test_length`` (two to three times longer).
 
-The settings are the book's choice; neither paper's game or language set-up is published in what
-we have. The model is the package's one-layer attention-only :class:`~lengthgen_lite.core.model.Transformer` without
-positional encoding, as in chapters 1-6.
+The settings are the book's choice; neither paper's game or language set-up is published
+in what we have. The model is the package's one-layer attention-only
+:class:`~lengthgen_lite.core.model.Transformer` without positional encoding, as in
+chapters 1-6.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Literal, Sequence, get_args
+from typing import Literal, get_args
 
 import numpy as np
 import torch
@@ -33,10 +37,10 @@ from ..runs import Results, Spec
 from ..runs.runner import register_evaluation
 from ..runs.scorecard import Claim, verdict
 
-
 TaskName = Literal["tictactoe", "dyck1", "anbn", "unlock", "norepeat"]
 TASKS: tuple[str, ...] = get_args(TaskName)
-PLACEMENTS: tuple[str, ...] = tuple(p for p in ALL_PLACEMENTS if p != "pre_final")  # ch. 5's, no pre_final
+# ch. 5's, no pre_final
+PLACEMENTS: tuple[str, ...] = tuple(p for p in ALL_PLACEMENTS if p != "pre_final")
 VARIANTS = ("raw", "ema")
 SEEDS = (0, 1, 2)
 EMA_BETA = 0.99
@@ -55,45 +59,64 @@ class TaskSetup:
 
 def task_setup(name: str) -> TaskSetup:
     """The chapter's configuration of task ``name`` (one of ``TASKS``)."""
-    if name == "tictactoe":  # 4 x 4, four in a row: wins need 7 moves; train on 8 moves, test all 16
+    # 4 x 4, four in a row: wins need 7 moves; train on 8 moves, test all 16
+    if name == "tictactoe":
         game = TicTacToe(n=4, k=4, train_length=8)
         return TaskSetup(game, 8, game.max_length, d_model=64, steps=500)
     if name in LANGUAGES:  # train on 16 symbols, test on 48
-        return TaskSetup(make_language(name, train_length=16), 16, 48, d_model=32, steps=300)
+        return TaskSetup(
+            make_language(name, train_length=16), 16, 48, d_model=32, steps=300
+        )
     raise ValueError(f"task name={name!r} is unknown; allowed: {TASKS}")
 
 
 @dataclass(frozen=True)
 class LengthCurves:
-    """Per-length metrics of several models (one row per seed): every field but ``s`` is [K, len(s)].
+    """Per-length metrics of several models (one row per seed): every field but ``s`` is
+    [K, len(s)].
 
-    Means over the test positions that exist at each length (a game can end early). ``nan`` where
-    a metric has no position (e.g. no set-valued target at that length).
+    Means over the test positions that exist at each length (a game can end early).
+    ``nan`` where a metric has no position (e.g. no set-valued target at that length).
     """
 
     s: np.ndarray  # lengths 1..test_length
     tv: np.ndarray  # TV to the uniform target over the legal set
     invalid_mass: np.ndarray  # probability on illegal outputs
     logit_gap: np.ndarray  # smallest legal minus largest illegal logit
-    entropy_ratio: np.ndarray  # attention entropy / log s, layer 0, mean over heads (1 = uniform)
+    # attention entropy / log s, layer 0, mean over heads (1 = uniform)
+    entropy_ratio: np.ndarray
     tv_set: np.ndarray  # TV at positions with two or more legal outputs
-    tv_single: np.ndarray  # TV at positions with exactly one legal output (e.g. END after a game)
-    share_single: np.ndarray  # [len(s)] fraction of positions whose target is a single output
+    # TV at positions with exactly one legal output (e.g. END after a game)
+    tv_single: np.ndarray
+    # [len(s)] fraction of positions whose target is a single output
+    share_single: np.ndarray
 
 
-CURVE_FIELDS = ("tv", "invalid_mass", "logit_gap", "entropy_ratio", "tv_set", "tv_single")
+CURVE_FIELDS = (
+    "tv",
+    "invalid_mass",
+    "logit_gap",
+    "entropy_ratio",
+    "tv_set",
+    "tv_single",
+)
 
 
 def make_test_batch(setup: TaskSetup, n_sequences: int = 1000, seed: int = 0) -> Batch:
-    """The fixed test sequences of a task: ``n_sequences`` of ``test_length`` tokens (shared by all models)."""
-    return setup.task.sample_train_batch(n_sequences, setup.test_length, make_generator(seed))
+    """The fixed test sequences of a task: ``n_sequences`` of ``test_length`` tokens
+    (shared by all models)."""
+    return setup.task.sample_train_batch(
+        n_sequences, setup.test_length, make_generator(seed)
+    )
 
 
 @torch.no_grad()
 def evaluate_lengths(models: Sequence[nn.Module], batch: Batch) -> LengthCurves:
     """Score every model at every length of ``batch`` (one forward pass per model)."""
     if not models:
-        raise ValueError("models must hold at least one model (e.g. TrainResult.models)")
+        raise ValueError(
+            "models must hold at least one model (e.g. TrainResult.models)"
+        )
     tables = []
     for model in models:
         logits, cache = run_with_cache(model, batch.inputs, names=[PATTERN])
@@ -104,9 +127,10 @@ def evaluate_lengths(models: Sequence[nn.Module], batch: Batch) -> LengthCurves:
     return LengthCurves(s=tables[0].s, **curves, share_single=tables[0].share_single)
 
 
-# --- the chapter's experiment, declared as data ---------------------------------------------------
+# --- the chapter's experiment, declared as data ---------------------------------------
 
-# which target kinds each task trains with (the game and a^n b^n both; the easy languages soft only)
+# which target kinds each task trains with (the game and a^n b^n both; the easy
+# languages soft only)
 TARGETS: dict[str, tuple[str, ...]] = {
     "tictactoe": ("soft", "sampled"),
     "anbn": ("soft", "sampled"),
@@ -117,13 +141,21 @@ TARGETS: dict[str, tuple[str, ...]] = {
 
 def _config(task: str, targets: str, norm: str) -> dict[str, object]:
     setup = task_setup(task)
-    return {"task": task, "targets": targets, "norm": norm, "d_model": setup.d_model, "steps": setup.steps}
+    return {
+        "task": task,
+        "targets": targets,
+        "norm": norm,
+        "d_model": setup.d_model,
+        "steps": setup.steps,
+    }
 
 
 SPECS: dict[str, Spec] = {
     "ch7/placements": Spec(
         name="ch7/placements",
-        description="the game and the languages: norm placements x target kinds, raw and EMA",
+        description=(
+            "the game and the languages: norm placements x target kinds, raw and EMA"
+        ),
         configs=[
             _config(task, targets, norm)
             for task, kinds in TARGETS.items()
@@ -136,17 +168,25 @@ SPECS: dict[str, Spec] = {
         n_test=1000,
     )
 }
-register_evaluation("sequence", evaluate_lengths)  # the game and the languages, scored per length
+# the game and the languages, scored per length
+register_evaluation("sequence", evaluate_lengths)
 
 
-# --- reading the results --------------------------------------------------------------------------
+# --- reading the results --------------------------------------------------------------
 
 
 def per_seed(
-    results: Results, column: str, task: str, targets: str, norm: str, variant: str = "raw"
+    results: Results,
+    column: str,
+    task: str,
+    targets: str,
+    norm: str,
+    variant: str = "raw",
 ) -> np.ndarray:
     """``column`` (e.g. "tv_beyond") of one configuration, one value per seed: [K]."""
-    return results.values(column, task=task, targets=targets, norm=norm, variant=variant)
+    return results.values(
+        column, task=task, targets=targets, norm=norm, variant=variant
+    )
 
 
 def curves(
@@ -163,8 +203,8 @@ def curves(
 
 
 def ema_gains(results: Results) -> dict[tuple[str, str, str], np.ndarray]:
-    """Raw minus EMA TV beyond the training lengths, per seed (> 0: EMA helps), on the game and
-    a^n b^n: (task, targets, norm) -> [K]."""
+    """Raw minus EMA TV beyond the training lengths, per seed (> 0: EMA helps), on the
+    game and a^n b^n: (task, targets, norm) -> [K]."""
     return {
         (task, targets, norm): per_seed(results, "tv_beyond", task, targets, norm)
         - per_seed(results, "tv_beyond", task, targets, norm, "ema")
@@ -177,18 +217,32 @@ def ema_gains(results: Results) -> dict[tuple[str, str, str], np.ndarray]:
 def tv_text(results: Results, task: str, targets: str) -> str:
     """Mean TV beyond training for none, post and attn_out, as scorecard text."""
     norms = ("none", "post", "attn_out")
-    means = {norm: per_seed(results, "tv_beyond", task, targets, norm).mean() for norm in norms}
+    means = {
+        norm: per_seed(results, "tv_beyond", task, targets, norm).mean()
+        for norm in norms
+    }
     return ", ".join(f"{norm} {value:.2f}" for norm, value in means.items())
 
 
 def scorecard(results: Results) -> list[Claim]:
     """The chapter's scorecard rows, from the quantities the notebook asserts."""
-    game = {norm: per_seed(results, "tv_beyond", "tictactoe", "sampled", norm) for norm in PLACEMENTS}
-    ordered = game["attn_out"].max() < game["post"].min() and game["post"].max() < game["none"].min()
-    gain = {norm: ema_gains(results)["tictactoe", "sampled", norm] for norm in PLACEMENTS}
+    game = {
+        norm: per_seed(results, "tv_beyond", "tictactoe", "sampled", norm)
+        for norm in PLACEMENTS
+    }
+    ordered = (
+        game["attn_out"].max() < game["post"].min()
+        and game["post"].max() < game["none"].min()
+    )
+    gain = {
+        norm: ema_gains(results)["tictactoe", "sampled", norm] for norm in PLACEMENTS
+    }
     with_norm = bool((gain["attn_out"] > 0).all())
     without_norm = min(gain[norm].mean() for norm in ("none", "pre")) > 0
-    anbn = {norm: per_seed(results, "tv_beyond", "anbn", "soft", norm).mean() for norm in PLACEMENTS}
+    anbn = {
+        norm: per_seed(results, "tv_beyond", "anbn", "soft", norm).mean()
+        for norm in PLACEMENTS
+    }
     game_text = tv_text(results, "tictactoe", "sampled")
     gain_text = ", ".join(f"{norm} {gain[norm].mean():+.2f}" for norm in PLACEMENTS)
     anbn_text = tv_text(results, "anbn", "soft")
@@ -196,7 +250,8 @@ def scorecard(results: Results) -> list[Claim]:
         Claim(
             "ch7-score-game",
             verdict(bool(ordered)),
-            f"Tic-Tac-Toe, mean TV beyond training (sampled targets, {len(results.seeds)} seeds): {game_text}",
+            "Tic-Tac-Toe, mean TV beyond training (sampled targets, "
+            f"{len(results.seeds)} seeds): {game_text}",
         ),
         Claim(
             "ch7-score-game-ema",
@@ -213,16 +268,28 @@ def scorecard(results: Results) -> list[Claim]:
 
 
 def full_length_example(batch: Batch) -> int:
-    """Index of the first test sequence that runs to the last position (a game played to the end)."""
+    """Index of the first test sequence that runs to the last position (a game played to
+    the end)."""
     full = batch.loss_mask.all(-1).nonzero().flatten()
     if len(full) == 0:
-        raise ValueError("no sequence in the batch runs to the last position; use more test sequences")
+        raise ValueError(
+            "no sequence in the batch runs to the last position; use more "
+            "test sequences"
+        )
     return int(full[0])
 
 
 @torch.no_grad()
 def predictions(models: Sequence[nn.Module], tokens: torch.Tensor) -> np.ndarray:
-    """Next-token distributions of every model on one sequence of tokens [pos]: [K, pos, n_outputs]."""
+    """Next-token distributions of every model on one sequence of tokens [pos]: [K, pos,
+    n_outputs]."""
     if tokens.dim() != 1:
-        raise ValueError(f"tokens must be one sequence [pos], got shape {tuple(tokens.shape)}")
-    return np.stack([run_with_cache(model, tokens[None], names=[])[0][0].softmax(-1).numpy() for model in models])
+        raise ValueError(
+            f"tokens must be one sequence [pos], got shape {tuple(tokens.shape)}"
+        )
+    return np.stack(
+        [
+            run_with_cache(model, tokens[None], names=[])[0][0].softmax(-1).numpy()
+            for model in models
+        ]
+    )

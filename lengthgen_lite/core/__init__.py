@@ -1,11 +1,18 @@
-"""The shared library: seeding, tasks, models, the one training loop, averagers, metrics and
-evaluation. Every chapter builds on it; it knows nothing of chapters or of drawing.
+"""The shared library: seeding, tasks, models, the one training loop, averagers, metrics
+and evaluation. Every chapter builds on it; it knows nothing of chapters or of drawing.
 
-The names imported below are the core's public API (``from lengthgen_lite.core import train``).
+The names imported below are the core's public API (``from lengthgen_lite.core import
+train``).
 """
 
 from .averaging import BEMA, EMA, make_bema, make_ema
-from .evaluation import LengthTable, PrefixProfile, evaluate_seeds, evaluate_set_complement, prefix_profile
+from .evaluation import (
+    LengthTable,
+    PrefixProfile,
+    evaluate_seeds,
+    evaluate_set_complement,
+    prefix_profile,
+)
 from .model import (
     NORM_SITES,
     PLACEMENTS,
@@ -17,7 +24,12 @@ from .model import (
     run_with_cache,
     run_with_hooks,
 )
-from .retrieval import ArgmaxRetrieval, DictionaryLookup, RetrievalTransformer, retrieval_config
+from .retrieval import (
+    ArgmaxRetrieval,
+    DictionaryLookup,
+    RetrievalTransformer,
+    retrieval_config,
+)
 from .seeding import make_generator, seed_everything
 from .tasks import (
     Batch,
@@ -30,3 +42,41 @@ from .tasks import (
     target_distribution,
 )
 from .training import TrainConfig, TrainResult, train
+
+__all__ = [
+    "BEMA",
+    "EMA",
+    "make_bema",
+    "make_ema",
+    "LengthTable",
+    "PrefixProfile",
+    "evaluate_seeds",
+    "evaluate_set_complement",
+    "prefix_profile",
+    "NORM_SITES",
+    "PLACEMENTS",
+    "ModelConfig",
+    "NormSites",
+    "Transformer",
+    "hook_names",
+    "init_model",
+    "run_with_cache",
+    "run_with_hooks",
+    "ArgmaxRetrieval",
+    "DictionaryLookup",
+    "RetrievalTransformer",
+    "retrieval_config",
+    "make_generator",
+    "seed_everything",
+    "Batch",
+    "SetComplement",
+    "Task",
+    "enumerate_sequences",
+    "sample_next_tokens",
+    "sample_sequences",
+    "seen_mask",
+    "target_distribution",
+    "TrainConfig",
+    "TrainResult",
+    "train",
+]

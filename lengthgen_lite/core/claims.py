@@ -1,14 +1,15 @@
 """Asserted claims with their margins.
 
-A scorecard claim is an inequality between measured quantities, and a chapter asserts it. Whether
-it is a claim or a coincidence of the seeds depends on how far it is from flipping: its *slack* (by
-how much the inequality holds) in units of its *spread* (how much the quantity moves from seed to
-seed). A claim with less than one spread of slack can flip on the next seeds or the next CPU.
+A scorecard claim is an inequality between measured quantities, and a chapter asserts
+it. Whether it is a claim or a coincidence of the seeds depends on how far it is from
+flipping: its *slack* (by how much the inequality holds) in units of its *spread* (how
+much the quantity moves from seed to seed). A claim with less than one spread of slack
+can flip on the next seeds or the next CPU.
 
-``holds`` asserts a claim from its per-seed margins (positive = the claim holds for that seed) and,
-when ``LENGTHGEN_MARGINS_FILE`` names a file, appends the margin to it as one JSON line. The notebook
-tests set that variable for every run (stored seeds and new seeds), and ``make margins`` prints the
-table of every claim's slack in spreads on both.
+``holds`` asserts a claim from its per-seed margins (positive = the claim holds for that
+seed) and, when ``LENGTHGEN_MARGINS_FILE`` names a file, appends the margin to it as one
+JSON line. The notebook tests set that variable for every run (stored seeds and new
+seeds), and ``make margins`` prints the table of every claim's slack in spreads on both.
 """
 
 from __future__ import annotations
@@ -17,8 +18,9 @@ import json
 import math
 import os
 import pathlib
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
-from typing import Literal, Sequence, get_args
+from typing import Literal, get_args
 
 import numpy as np
 
@@ -33,10 +35,10 @@ RULES: tuple[str, ...] = get_args(Rule)
 class Margin:
     """How far one asserted claim is from flipping.
 
-    ``slack`` is the deciding value (the smallest per-seed margin for "every seed", the mean for
-    "mean"), ``spread`` how far that value moves with the seeds (the per-seed standard deviation, or
-    the standard error of the mean, or a sampling error the caller states), ``in_spreads`` their
-    ratio: below 1, the claim sits on a knife edge.
+    ``slack`` is the deciding value (the smallest per-seed margin for "every seed", the
+    mean for "mean"), ``spread`` how far that value moves with the seeds (the per-seed
+    standard deviation, or the standard error of the mean, or a sampling error the
+    caller states), ``in_spreads`` their ratio: below 1, the claim sits on a knife edge.
     """
 
     key: str
@@ -55,25 +57,37 @@ class Margin:
 
 
 def seed_spread(values: Sequence[float] | np.ndarray) -> float:
-    """The standard deviation over seeds (ddof=1). For [configurations, seeds], the pooled spread
-    within configurations: how far a value moves when only the seed changes, not the setting."""
+    """The standard deviation over seeds (ddof=1). For [configurations, seeds], the
+    pooled spread within configurations: how far a value moves when only the seed
+    changes, not the setting."""
     array = np.asarray(values, dtype=float)
     if array.ndim == 1:
         array = array[None]
     if array.ndim != 2 or array.shape[1] < 2:
-        raise ValueError(f"need at least 2 seeds per row ([seeds] or [configurations, seeds]), got shape {array.shape}")
+        raise ValueError(
+            "need at least 2 seeds per row ([seeds] or [configurations, "
+            f"seeds]), got shape {array.shape}"
+        )
     return float(np.sqrt(array.var(axis=1, ddof=1).mean()))
 
 
-def holds(key: str, statement: str, margins: Sequence[float] | np.ndarray, *, rule: Rule = "every seed",
-          spread: float | None = None) -> Margin:
-    """Assert a claim whose per-seed ``margins`` are positive where it holds; record its margin.
+def holds(
+    key: str,
+    statement: str,
+    margins: Sequence[float] | np.ndarray,
+    *,
+    rule: Rule = "every seed",
+    spread: float | None = None,
+) -> Margin:
+    """Assert a claim whose per-seed ``margins`` are positive where it holds; record its
+    margin.
 
-    ``margins`` is [seeds], or [configurations, seeds] for a claim over several settings.
-    ``rule="every seed"``: every margin must be positive; the spread is :func:`seed_spread`, how far
-    one seed's margin moves. ``rule="mean"``: their mean must be positive; the spread is that of the
-    mean, :func:`seed_spread` over the square root of the number of margins. ``spread`` overrides
-    it, for a claim decided by one value with a known sampling error.
+    ``margins`` is [seeds], or [configurations, seeds] for a claim over several
+    settings. ``rule="every seed"``: every margin must be positive; the spread is
+    :func:`seed_spread`, how far one seed's margin moves. ``rule="mean"``: their mean
+    must be positive; the spread is that of the mean, :func:`seed_spread` over the
+    square root of the number of margins. ``spread`` overrides it, for a claim decided
+    by one value with a known sampling error.
     """
     values = np.asarray(margins, dtype=float)
     if values.ndim == 0:
@@ -81,17 +95,27 @@ def holds(key: str, statement: str, margins: Sequence[float] | np.ndarray, *, ru
     if rule not in RULES:
         raise ValueError(f"rule={rule!r} is unknown; allowed: {RULES}")
     if values.ndim > 2 or values.size == 0 or not np.isfinite(values).all():
-        raise ValueError(f"margins must be a non-empty 1-D or 2-D array of finite values, got {values!r}")
+        raise ValueError(
+            "margins must be a non-empty 1-D or 2-D array of finite values, "
+            f"got {values!r}"
+        )
     if spread is None:
         if values.shape[-1] < 2:
-            raise ValueError("one margin has no seed spread: pass spread= (e.g. its sampling error)")
+            raise ValueError(
+                "one margin has no seed spread: pass spread= (e.g. its sampling error)"
+            )
         spread = seed_spread(values) / (np.sqrt(values.size) if rule == "mean" else 1.0)
     if not spread >= 0:
         raise ValueError(f"spread must be non-negative, got {spread!r}")
     slack = float(values.min() if rule == "every seed" else values.mean())
-    margin = Margin(key, statement, rule, slack, float(spread), int(values.size), seed_offset())
+    margin = Margin(
+        key, statement, rule, slack, float(spread), int(values.size), seed_offset()
+    )
     _record(margin)
-    assert slack > 0, f"{key}: {statement} does not hold ({rule}): slack {slack:.4g}, margins {np.round(values, 4)}"
+    assert slack > 0, (
+        f"{key}: {statement} does not hold ({rule}): slack {slack:.4g}, "
+        f"margins {np.round(values, 4)}"
+    )
     return margin
 
 

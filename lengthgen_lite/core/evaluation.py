@@ -1,18 +1,19 @@
 """Per-length evaluation. Chapter 1 introduces it on set complement.
 
 :func:`length_metrics` is the one per-length evaluation: a model's logits on a batch of
-prefixes, their target sets and which prefixes count, at one or more logit scales, give one
-:class:`LengthTable` per scale. Chapters 5, 6 and 7 build on it.
+prefixes, their target sets and which prefixes count, at one or more logit scales, give
+one :class:`LengthTable` per scale. Chapters 5, 6 and 7 build on it.
 
-One pass over random permutations of length ``v - 1`` scores every prefix length ``s = 1..v-1``
-(the causal mask makes position ``s - 1`` see exactly the first ``s`` tokens).
+One pass over random permutations of length ``v - 1`` scores every prefix length ``s =
+1..v-1`` (the causal mask makes position ``s - 1`` see exactly the first ``s`` tokens).
 :func:`prefix_profile` reads one model on one sequence the same way (chapters 3 and 5).
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, fields
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 import torch
@@ -39,7 +40,8 @@ class LengthTable:
     entropy_ratio: np.ndarray
     max_attention: np.ndarray  # layer 0, mean over heads
     n_eff: np.ndarray  # 1/sum a^2, layer 0, mean over heads
-    top1_legal: np.ndarray  # fraction of sequences whose argmax token is legal (top-1 accuracy)
+    # fraction of sequences whose argmax token is legal (top-1 accuracy)
+    top1_legal: np.ndarray
     tv_set: np.ndarray  # TV at positions with two or more legal outputs
     tv_single: np.ndarray  # TV at positions with exactly one legal output
     share_single: np.ndarray  # fraction of positions whose target is a single output
@@ -81,9 +83,9 @@ def _check_batch(
 
 
 def _masked_mean(values: Tensor, counted: Tensor) -> np.ndarray:
-    """Mean over the batch of ``values`` [batch, pos] where ``counted``: [pos], nan where
-    nothing counts. With every position counted this is ``values.mean(0)`` to the bit (a sum,
-    then one division).
+    """Mean over the batch of ``values`` [batch, pos] where ``counted``: [pos], nan
+    where nothing counts. With every position counted this is ``values.mean(0)`` to the
+    bit (a sum, then one division).
     """
     total = counted.float().sum(0)
     mean = torch.where(counted, values, 0.0).sum(0) / total.clamp_min(1)
@@ -92,8 +94,9 @@ def _masked_mean(values: Tensor, counted: Tensor) -> np.ndarray:
 
 def entropy_ratio(pattern: Tensor) -> Tensor:
     """Attention entropy over ``log s``, mean over heads: [batch, head, pos, pos] ->
-    [batch, pos]. 1 means uniform over the ``s`` seen tokens. At ``s = 1`` the ratio is 0/0:
-    one key is uniform by definition, so it is 1 there (the book's one place for that rule).
+    [batch, pos]. 1 means uniform over the ``s`` seen tokens. At ``s = 1`` the ratio is
+    0/0: one key is uniform by definition, so it is 1 there (the book's one place for
+    that rule).
     """
     s = torch.arange(1, pattern.shape[-2] + 1)
     ratio = metrics.attention_entropy(pattern).mean(1) / s.log().clamp_min(1e-30)
@@ -112,13 +115,13 @@ def length_metrics(
     """Every per-length metric of one model's outputs on a batch of prefixes: the book's
     one per-length evaluation (chapters 1, 5, 6 and 7 build on it).
 
-    ``logits`` [batch, pos, n_out] is the prediction after each prefix (position ``s - 1``
-    has seen ``s`` tokens); ``targets`` [batch, pos, n_out] is p*, whose nonzero entries
-    are the legal set (``targets == 0``: illegal). ``positions`` [batch, pos] bool says
-    which prefixes count (a game can end early; None: all). ``pattern`` is layer 0's
-    attention [batch, head, pos, pos] (None: the attention fields are nan). One table per
-    logit scale, in the order of ``logit_scales``: the logits are multiplied by the scale
-    first (a temperature control).
+    ``logits`` [batch, pos, n_out] is the prediction after each prefix (position ``s -
+    1`` has seen ``s`` tokens); ``targets`` [batch, pos, n_out] is p*, whose nonzero
+    entries are the legal set (``targets == 0``: illegal). ``positions`` [batch, pos]
+    bool says which prefixes count (a game can end early; None: all). ``pattern`` is
+    layer 0's attention [batch, head, pos, pos] (None: the attention fields are nan).
+    One table per logit scale, in the order of ``logit_scales``: the logits are
+    multiplied by the scale first (a temperature control).
     """
     positions = _check_batch(logits, targets, positions, pattern)
     scales = [require_number("logit_scale", c, minimum=0.0) for c in logit_scales]
@@ -161,13 +164,18 @@ def length_metrics(
 
 @torch.no_grad()
 def evaluate_set_complement(
-    model: nn.Module, v: int, n_sequences: int = 2000, seed: int = 0, logit_scale: float = 1.0
+    model: nn.Module,
+    v: int,
+    n_sequences: int = 2000,
+    seed: int = 0,
+    logit_scale: float = 1.0,
 ) -> LengthTable:
     """Score ``model`` at every prefix length on ``n_sequences`` random permutations.
 
     ``logit_scale`` multiplies the logits first (a temperature control for chapter 6).
     """
-    tokens = sample_sequences(v, v - 1, n_sequences, make_generator(seed))  # [batch, v-1]
+    # [batch, v-1]
+    tokens = sample_sequences(v, v - 1, n_sequences, make_generator(seed))
     logits, cache = run_with_cache(model, tokens, names=[PATTERN])
     targets = target_distribution(tokens, v)
     return length_metrics(
@@ -175,22 +183,29 @@ def evaluate_set_complement(
     )[0]
 
 
-METRICS = tuple(f.name for f in fields(LengthTable) if f.name != "s")  # every per-length metric
+# every per-length metric
+METRICS = tuple(f.name for f in fields(LengthTable) if f.name != "s")
 
 
-def evaluate_seeds(models: Sequence[nn.Module], v: int, **kwargs: Any) -> list[LengthTable]:
-    """One :class:`LengthTable` per model (e.g. ``TrainResult.models``), all on the same sequences.
+def evaluate_seeds(
+    models: Sequence[nn.Module], v: int, **kwargs: Any
+) -> list[LengthTable]:
+    """One :class:`LengthTable` per model (e.g. ``TrainResult.models``), all on the same
+    sequences.
 
-    ``kwargs`` go to :func:`evaluate_set_complement`; sharing its ``seed`` means the seeds differ
-    only in their weights, not in the test sequences.
+    ``kwargs`` go to :func:`evaluate_set_complement`; sharing its ``seed`` means the
+    seeds differ only in their weights, not in the test sequences.
     """
     if not models:
-        raise ValueError("models must hold at least one model (e.g. TrainResult.models)")
+        raise ValueError(
+            "models must hold at least one model (e.g. TrainResult.models)"
+        )
     return [evaluate_set_complement(model, v, **kwargs) for model in models]
 
 
 def stack_metric(tables: Sequence[LengthTable], metric: str) -> np.ndarray:
-    """One metric of several tables (one per seed) as a [K, len(s)] array, for plots and asserts."""
+    """One metric of several tables (one per seed) as a [K, len(s)] array, for plots and
+    asserts."""
     if not tables:
         raise ValueError("tables must hold at least one LengthTable")
     if metric not in METRICS:
@@ -202,7 +217,8 @@ def stack_metric(tables: Sequence[LengthTable], metric: str) -> np.ndarray:
 
 @dataclass(frozen=True)
 class SeedSpread:
-    """Mean, minimum and maximum over seeds of every metric, by prefix length. Chapter 1."""
+    """Mean, minimum and maximum over seeds of every metric, by prefix length. Chapter
+    1."""
 
     mean: LengthTable
     low: LengthTable
@@ -211,11 +227,15 @@ class SeedSpread:
 
 
 def aggregate_seeds(tables: Sequence[LengthTable]) -> SeedSpread:
-    """Summarise one table per seed as mean/min/max per length: the spread the book plots."""
+    """Summarise one table per seed as mean/min/max per length: the spread the book
+    plots."""
     stacked = {metric: stack_metric(tables, metric) for metric in METRICS}
     s = tables[0].s
     summary = {
-        name: LengthTable(s=s, **{metric: reduce(values, axis=0) for metric, values in stacked.items()})
+        name: LengthTable(
+            s=s,
+            **{metric: reduce(values, axis=0) for metric, values in stacked.items()},
+        )
         for name, reduce in (("mean", np.mean), ("low", np.min), ("high", np.max))
     }
     return SeedSpread(**summary, n_seeds=len(tables))
@@ -223,7 +243,8 @@ def aggregate_seeds(tables: Sequence[LengthTable]) -> SeedSpread:
 
 @dataclass(frozen=True)
 class PrefixProfile:
-    """One model on one input, at every prefix length s = 1..v-1 (arrays of length v-1)."""
+    """One model on one input, at every prefix length s = 1..v-1 (arrays of length
+    v-1)."""
 
     s: np.ndarray
     logits: np.ndarray  # [v-1, v] logits after each prefix
@@ -235,14 +256,23 @@ class PrefixProfile:
 
 @torch.no_grad()
 def prefix_profile(model: nn.Module, tokens: Sequence[int]) -> PrefixProfile:
-    """Run ``model`` on one sequence of v-1 distinct tokens; read every prefix (causal mask)."""
+    """Run ``model`` on one sequence of v-1 distinct tokens; read every prefix (causal
+    mask)."""
     v = model.cfg.vocab_size
-    if len(tokens) != v - 1 or sorted(set(tokens)) != sorted(tokens) or not all(0 <= t < v for t in tokens):
-        raise ValueError(f"tokens must be v-1 = {v - 1} distinct ids in 0..{v - 1}, got {list(tokens)!r}")
+    if (
+        len(tokens) != v - 1
+        or sorted(set(tokens)) != sorted(tokens)
+        or not all(0 <= t < v for t in tokens)
+    ):
+        raise ValueError(
+            f"tokens must be v-1 = {v - 1} distinct ids in 0..{v - 1}, got "
+            f"{list(tokens)!r}"
+        )
     x = torch.tensor([list(tokens)], dtype=torch.long)  # [1, v-1]
     logits = model(x)[0]  # [v-1, v]
     targets = target_distribution(x, v)[0].to(logits.dtype)  # [v-1, v]
-    targets = targets / targets.sum(-1, keepdim=True)  # equal nonzero entries: exactly 1/(v-s) in float64
+    # equal nonzero entries: exactly 1/(v-s) in float64
+    targets = targets / targets.sum(-1, keepdim=True)
     seen = seen_mask(x, v)[0]
     probs = logits.softmax(-1)
     return PrefixProfile(
@@ -256,11 +286,14 @@ def prefix_profile(model: nn.Module, tokens: Sequence[int]) -> PrefixProfile:
 
 
 def loglog_slope(x: Sequence[float], y: Sequence[float]) -> float:
-    """Least-squares slope of log y against log x: -1 for y ~ 1/x (chapter 2's gap), -1/2 for
-    y ~ x^(-1/2) (chapter 4's std)."""
+    """Least-squares slope of log y against log x: -1 for y ~ 1/x (chapter 2's gap),
+    -1/2 for y ~ x^(-1/2) (chapter 4's std)."""
     xs, ys = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
     if xs.ndim != 1 or xs.shape != ys.shape or xs.size < 2:
-        raise ValueError(f"x and y must be 1-D of the same length >= 2, got shapes {xs.shape} and {ys.shape}")
+        raise ValueError(
+            "x and y must be 1-D of the same length >= 2, got shapes "
+            f"{xs.shape} and {ys.shape}"
+        )
     if (xs <= 0).any() or (ys <= 0).any() or not np.isfinite(ys).all():
         raise ValueError("x and y must be positive and finite for a log-log fit")
     return float(np.polyfit(np.log(xs), np.log(ys), 1)[0])

@@ -1,24 +1,26 @@
 """A small board game whose next-token target is the set of legal moves. Chapter 7.
 
-Tic-Tac-Toe on an ``n x n`` board, won by the first player to own ``k`` cells in a row (a row,
-column or diagonal window of length ``k``). Games come from random legal play, as the synthetic
-OthelloGPT data do (Li et al., 2023): every move is drawn uniformly from the empty cells. After
-``s`` moves the ideal next-token distribution is uniform over the empty cells while nobody has
-won and the board is not full, and all on the ``END`` output once the game is over. Exact legal
-sets give exact soft targets, so TV and invalid mass are computed as in chapter 1.
+Tic-Tac-Toe on an ``n x n`` board, won by the first player to own ``k`` cells in a row
+(a row, column or diagonal window of length ``k``). Games come from random legal play,
+as the synthetic OthelloGPT data do (Li et al., 2023): every move is drawn uniformly
+from the empty cells. After ``s`` moves the ideal next-token distribution is uniform
+over the empty cells while nobody has won and the board is not full, and all on the
+``END`` output once the game is over. Exact legal sets give exact soft targets, so TV
+and invalid mass are computed as in chapter 1.
 
-Tokens say who moved where, ``player * n^2 + cell`` (player 0 moves first), so that a win is
-visible from the tokens without positions; ``PAD`` fills the slots after a game ended (masked
-out of the loss). The outputs are the ``n^2`` cells and ``END``: a move names a cell, and the
-player to move is implied. While nobody can have won yet, the legal set is exactly chapter 1's
-set complement over the cells; the game adds the rule that a finished game has no legal move.
+Tokens say who moved where, ``player * n^2 + cell`` (player 0 moves first), so that a
+win is visible from the tokens without positions; ``PAD`` fills the slots after a game
+ended (masked out of the loss). The outputs are the ``n^2`` cells and ``END``: a move
+names a cell, and the player to move is implied. While nobody can have won yet, the
+legal set is exactly chapter 1's set complement over the cells; the game adds the rule
+that a finished game has no legal move.
 """
 
 from __future__ import annotations
 
 import itertools
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 import torch
 from torch import Tensor
@@ -30,7 +32,8 @@ EMPTY, FIRST, SECOND = -1, 0, 1  # board cell contents; FIRST and SECOND are the
 
 
 def winning_lines(n: int, k: int) -> Tensor:
-    """Every window of ``k`` cells in a row, column or diagonal of an ``n x n`` board: [lines, n^2] bool."""
+    """Every window of ``k`` cells in a row, column or diagonal of an ``n x n`` board:
+    [lines, n^2] bool."""
     require_int("n", n, 2)
     require_int("k", k, 2, n)
     lines = []
@@ -46,9 +49,11 @@ def winning_lines(n: int, k: int) -> Tensor:
 
 @dataclass(frozen=True)
 class TicTacToe(NoiseSampler):
-    """Tic-Tac-Toe on ``n x n`` won with ``k`` in a row; trained on games cut after ``train_length`` moves.
+    """Tic-Tac-Toe on ``n x n`` won with ``k`` in a row; trained on games cut after
+    ``train_length`` moves.
 
-    The input size of a batch is the number of move slots; a game that ends earlier is padded.
+    The input size of a batch is the number of move slots; a game that ends earlier is
+    padded.
     """
 
     n: int = 4
@@ -88,25 +93,36 @@ class TicTacToe(NoiseSampler):
         return self.cells
 
     def _check_size(self, size: int) -> None:
-        require_int("size", size, 1, self.cells)  # games cut after ``size`` moves; test sizes too
+        # games cut after ``size`` moves; test sizes too
+        require_int("size", size, 1, self.cells)
 
     def draw_noise(self, batch: int, size: int, generator: torch.Generator) -> Tensor:
-        return torch.rand(batch, size, self.cells, generator=generator)  # [batch, moves, n^2]
+        # [batch, moves, n^2]
+        return torch.rand(batch, size, self.cells, generator=generator)
 
     def from_noise(self, noise: Tensor, size: int) -> Batch:
         """Random games: the random draws per seed, the rules once for all seeds."""
         K, batch = noise.shape[:2]
         inputs, targets, mask = self.play(noise.reshape(-1, size, self.cells))
-        return Batch(inputs.view(K, batch, size), targets.view(K, batch, size, -1), mask.view(K, batch, size))
+        return Batch(
+            inputs.view(K, batch, size),
+            targets.view(K, batch, size, -1),
+            mask.view(K, batch, size),
+        )
 
     def play(self, noise: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-        """Random legal games from uniform noise [batch, moves, n^2] (each move: the empty cell of largest noise).
+        """Random legal games from uniform noise [batch, moves, n^2] (each move: the
+        empty cell of largest noise).
 
-        Returns inputs [batch, moves] long, soft targets [batch, moves, n^2 + 1] and the loss mask
-        [batch, moves] (True while the game was still running when the move was made).
+        Returns inputs [batch, moves] long, soft targets [batch, moves, n^2 + 1] and the
+        loss mask [batch, moves] (True while the game was still running when the move
+        was made).
         """
         if noise.dim() != 3 or noise.shape[-1] != self.cells:
-            raise ValueError(f"noise must be [batch, moves, n^2={self.cells}], got {tuple(noise.shape)}")
+            raise ValueError(
+                f"noise must be [batch, moves, n^2={self.cells}], got "
+                f"{tuple(noise.shape)}"
+            )
         B, T, _ = noise.shape
         lines = winning_lines(self.n, self.k).float()  # [lines, cells]
         board = torch.full((B, self.cells), EMPTY)
@@ -121,32 +137,44 @@ class TicTacToe(NoiseSampler):
             mask[:, t] = live
             inputs[live, t] = player * self.cells + cell[live]
             board[live, cell[live]] = player
-            owned = (board == player).float() @ lines.T  # [B, lines]: the mover's cells in each line
-            over = over | (live & ((owned >= self.k).any(-1) | (board != EMPTY).all(-1)))
+            # [B, lines]: the mover's cells in each line
+            owned = (board == player).float() @ lines.T
+            over = over | (
+                live & ((owned >= self.k).any(-1) | (board != EMPTY).all(-1))
+            )
             empty = (board == EMPTY).float()
-            targets[:, t, : self.cells] = torch.where(over[:, None], 0.0, empty / empty.sum(-1, keepdim=True).clamp_min(1))
+            targets[:, t, : self.cells] = torch.where(
+                over[:, None], 0.0, empty / empty.sum(-1, keepdim=True).clamp_min(1)
+            )
             targets[over, t, self.end] = 1.0
         return inputs, targets, mask
 
     def board_of(self, moves: Sequence[int]) -> Tensor:
-        """The board after ``moves`` (cells, players alternating from FIRST): [n^2] with EMPTY/FIRST/SECOND."""
+        """The board after ``moves`` (cells, players alternating from FIRST): [n^2] with
+        EMPTY/FIRST/SECOND."""
         board = torch.full((self.cells,), EMPTY)
         for t, cell in enumerate(moves):
             require_int("cell", cell, 0, self.cells - 1)
             if board[cell] != EMPTY:
-                raise ValueError(f"cell {cell} is played twice in moves {list(moves)!r}")
+                raise ValueError(
+                    f"cell {cell} is played twice in moves {list(moves)!r}"
+                )
             board[cell] = t % 2
         return board
 
     def legal_moves(self, moves: Sequence[int]) -> set[int]:
-        """The legal next outputs after ``moves``, by the plain rules (one position at a time).
+        """The legal next outputs after ``moves``, by the plain rules (one position at a
+        time).
 
-        The empty cells while the game runs; ``{END}`` once a player has ``k`` in a row or the board
-        is full. Raises ValueError if ``moves`` continues a game that was already over.
+        The empty cells while the game runs; ``{END}`` once a player has ``k`` in a row
+        or the board is full. Raises ValueError if ``moves`` continues a game that was
+        already over.
         """
         for t in range(len(moves)):
             if self.is_over(moves[:t]):
-                raise ValueError(f"moves {list(moves)!r} continue a game that ended after {t} moves")
+                raise ValueError(
+                    f"moves {list(moves)!r} continue a game that ended after {t} moves"
+                )
         if self.is_over(moves):
             return {self.end}
         board = self.board_of(moves)
@@ -156,9 +184,17 @@ class TicTacToe(NoiseSampler):
         """A player owns ``k`` cells in a row, or the board is full."""
         board = self.board_of(moves)
         lines = winning_lines(self.n, self.k)
-        won = any(bool((board[line] == player).all()) for line in lines for player in (FIRST, SECOND))
+        won = any(
+            bool((board[line] == player).all())
+            for line in lines
+            for player in (FIRST, SECOND)
+        )
         return won or bool((board != EMPTY).all())
 
     def moves_of(self, inputs: Tensor, mask: Tensor) -> list[list[int]]:
-        """The cells played in each game of a batch (inputs [batch, moves], mask [batch, moves])."""
-        return [[int(tok) % self.cells for tok, m in zip(row, mrow) if m] for row, mrow in zip(inputs, mask)]
+        """The cells played in each game of a batch (inputs [batch, moves], mask [batch,
+        moves])."""
+        return [
+            [int(tok) % self.cells for tok, m in zip(row, mrow) if m]
+            for row, mrow in zip(inputs, mask)
+        ]

@@ -1,33 +1,38 @@
-"""A formal-language suite whose next-token target is the set of legal continuations. Chapter 7.
+"""A formal-language suite whose next-token target is the set of legal continuations.
+Chapter 7.
 
-After a prefix ``w`` the ideal next-token distribution is uniform over the *legal next symbols*:
-the symbols ``x`` such that ``w x`` is still a prefix of some word of the language, plus ``EOS``
-when ``w`` itself is a word. This is the character-prediction set-up of Bhattamishra et al. (2020);
-the languages, the generators and the lengths are the book's choice (the Post-Norm paper's suite is
-not published in what we have).
+After a prefix ``w`` the ideal next-token distribution is uniform over the *legal next
+symbols*: the symbols ``x`` such that ``w x`` is still a prefix of some word of the
+language, plus ``EOS`` when ``w`` itself is a word. This is the character-prediction
+set-up of Bhattamishra et al. (2020); the languages, the generators and the lengths are
+the book's choice (the Post-Norm paper's suite is not published in what we have).
 
-- :class:`Dyck1`: balanced brackets. ``(`` is always legal, ``)`` iff the depth is positive, ``EOS``
-  iff it is zero. The depth is a count over the whole prefix, which a causal attention average
-  sees as ``depth / s``: the chapter-2 dispersion in a language.
-- :class:`AnBn`: ``a^n b^n`` (n >= 1). ``{a, b}`` while reading a's; then ``b`` until the counts
-  match, then ``EOS``. A counter again, with singleton targets in the second half.
-- :class:`Unlock`: ``a* (b (a|c)*)?``, a regular language with one bit of memory: ``c`` becomes
-  legal once a ``b`` was read. Whether a single ``b`` is present is set complement's signal, and it
-  disperses the same way.
-- :class:`NoRepeat`: words over ``{a, b, c, d}`` with no symbol twice in a row (a strictly local
-  regular language). The legal set depends on the last symbol only: no average over the prefix is
-  needed, so dispersion has nothing to act on. The suite's control.
+- :class:`Dyck1`: balanced brackets. ``(`` is always legal, ``)`` iff the depth is
+  positive, ``EOS`` iff it is zero. The depth is a count over the whole prefix, which a
+  causal attention average sees as ``depth / s``: the chapter-2 dispersion in a
+  language.
+- :class:`AnBn`: ``a^n b^n`` (n >= 1). ``{a, b}`` while reading a's; then ``b`` until
+  the counts match, then ``EOS``. A counter again, with singleton targets in the second
+  half.
+- :class:`Unlock`: ``a* (b (a|c)*)?``, a regular language with one bit of memory: ``c``
+  becomes legal once a ``b`` was read. Whether a single ``b`` is present is set
+  complement's signal, and it disperses the same way.
+- :class:`NoRepeat`: words over ``{a, b, c, d}`` with no symbol twice in a row (a
+  strictly local regular language). The legal set depends on the last symbol only: no
+  average over the prefix is needed, so dispersion has nothing to act on. The suite's
+  control.
 
-Every language has a *recogniser* (``accepts``, ``is_prefix``) written from the definition, one
-string at a time, and a vectorised generator and target maker; the tests check the second against
-the first. Tokens are the alphabet's indices, ``EOS`` is output ``len(alphabet)`` and ``PAD`` (after
-a word ended) is input ``len(alphabet)``.
+Every language has a *recogniser* (``accepts``, ``is_prefix``) written from the
+definition, one string at a time, and a vectorised generator and target maker; the tests
+check the second against the first. Tokens are the alphabet's indices, ``EOS`` is output
+``len(alphabet)`` and ``PAD`` (after a word ended) is input ``len(alphabet)``.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import ClassVar, Sequence
+from typing import ClassVar
 
 import torch
 from torch import Tensor
@@ -38,10 +43,11 @@ from .validation import require_int
 
 @dataclass(frozen=True)
 class Language(NoiseSampler):
-    """Shared plumbing: the Task protocol, token/string conversion and legal sets from a recogniser.
+    """Shared plumbing: the Task protocol, token/string conversion and legal sets from a
+    recogniser.
 
-    Subclasses define ``alphabet``, ``accepts``, ``is_prefix``, ``_walk`` (random words from
-    uniform noise) and ``_legal`` (the legal-next table of a batch of prefixes).
+    Subclasses define ``alphabet``, ``accepts``, ``is_prefix``, ``_walk`` (random words
+    from uniform noise) and ``_legal`` (the legal-next table of a batch of prefixes).
     """
 
     train_length: int = 16
@@ -52,7 +58,7 @@ class Language(NoiseSampler):
     def __post_init__(self) -> None:
         require_int("train_length", self.train_length, self.min_size)
 
-    # --- the Task protocol --------------------------------------------------------------------
+    # --- the Task protocol ------------------------------------------------------------
     @property
     def eos(self) -> int:
         return len(self.alphabet)
@@ -70,7 +76,8 @@ class Language(NoiseSampler):
         return len(self.alphabet) + 1  # symbols, then EOS
 
     def _check_size(self, size: int) -> None:
-        require_int("size", size, self.min_size)  # words cut (or padded) to ``size`` symbols; test sizes too
+        # words cut (or padded) to ``size`` symbols; test sizes too
+        require_int("size", size, self.min_size)
 
     def draw_noise(self, batch: int, size: int, generator: torch.Generator) -> Tensor:
         return torch.rand(batch, size, generator=generator)  # [batch, size]
@@ -80,10 +87,15 @@ class Language(NoiseSampler):
         K, batch = noise.shape[:2]
         tokens, mask = self._walk(noise.reshape(-1, size))
         targets = self.targets(tokens, mask)
-        return Batch(tokens.view(K, batch, size), targets.view(K, batch, size, -1), mask.view(K, batch, size))
+        return Batch(
+            tokens.view(K, batch, size),
+            targets.view(K, batch, size, -1),
+            mask.view(K, batch, size),
+        )
 
     def targets(self, tokens: Tensor, mask: Tensor) -> Tensor:
-        """Uniform over the legal next outputs at every prefix: [batch, pos, n_outputs] (rows sum to 1).
+        """Uniform over the legal next outputs at every prefix: [batch, pos, n_outputs]
+        (rows sum to 1).
 
         Masked positions get a one-hot ``EOS`` so that every row is a distribution.
         """
@@ -92,20 +104,22 @@ class Language(NoiseSampler):
         legal = legal.float()
         return legal / legal.sum(-1, keepdim=True)
 
-    # --- strings and the recogniser -------------------------------------------------------------
+    # --- strings and the recogniser ---------------------------------------------------
     def to_string(self, tokens: Sequence[int]) -> str:
         return "".join(self.alphabet[int(t)] for t in tokens)
 
     def legal_next(self, prefix: str) -> set[str]:
-        """Legal continuations of ``prefix`` by the recogniser: symbols x with ``is_prefix(prefix + x)``,
-        plus ``"EOS"`` when ``accepts(prefix)``. The brute-force reference for the vectorised targets."""
+        """Legal continuations of ``prefix`` by the recogniser: symbols x with
+        ``is_prefix(prefix + x)``, plus ``"EOS"`` when ``accepts(prefix)``. The
+        brute-force reference for the vectorised targets."""
         if not self.is_prefix(prefix):
             raise ValueError(f"{prefix!r} is not a prefix of any word of {self.name}")
         legal = {x for x in self.alphabet if self.is_prefix(prefix + x)}
         return legal | {"EOS"} if self.accepts(prefix) else legal
 
     def accepts(self, word: str) -> bool:
-        """Whether ``word`` is in the language; by default every legal prefix is a word (``EOS`` always legal)."""
+        """Whether ``word`` is in the language; by default every legal prefix is a word
+        (``EOS`` always legal)."""
         return self.is_prefix(word)
 
     def is_prefix(self, word: str) -> bool:
@@ -119,12 +133,15 @@ class Language(NoiseSampler):
 
     def _check_word(self, word: str) -> None:
         if not isinstance(word, str) or set(word) - set(self.alphabet):
-            raise ValueError(f"word must be a str over the alphabet {self.alphabet!r}, got {word!r}")
+            raise ValueError(
+                f"word must be a str over the alphabet {self.alphabet!r}, got {word!r}"
+            )
 
 
 @dataclass(frozen=True)
 class Dyck1(Language):
-    """Balanced brackets; random words: ``(`` at depth 0, else ``(`` or ``)`` with equal chance."""
+    """Balanced brackets; random words: ``(`` at depth 0, else ``(`` or ``)`` with equal
+    chance."""
 
     name: ClassVar[str] = "Dyck-1"
     alphabet: ClassVar[str] = "()"
@@ -162,7 +179,8 @@ class Dyck1(Language):
 
 @dataclass(frozen=True)
 class AnBn(Language):
-    """``a^n b^n``, n >= 1; random words: n uniform in ``1..size // 2``, padded to ``size``."""
+    """``a^n b^n``, n >= 1; random words: n uniform in ``1..size // 2``, padded to
+    ``size``."""
 
     name: ClassVar[str] = "a^n b^n"
     alphabet: ClassVar[str] = "ab"
@@ -199,8 +217,9 @@ class AnBn(Language):
 
 @dataclass(frozen=True)
 class NoRepeat(Language):
-    """Words over ``abcd`` with no symbol twice in a row; every prefix is a word, so ``EOS`` is always legal.
-    Random words: a uniform first symbol, then a uniform choice among the three others."""
+    """Words over ``abcd`` with no symbol twice in a row; every prefix is a word, so
+    ``EOS`` is always legal. Random words: a uniform first symbol, then a uniform choice
+    among the three others."""
 
     name: ClassVar[str] = "no-repeat"
     alphabet: ClassVar[str] = "abcd"
@@ -221,18 +240,22 @@ class NoRepeat(Language):
 
     def _legal(self, tokens: Tensor) -> Tensor:
         legal = torch.ones(*tokens.shape, self.n_outputs, dtype=torch.bool)
-        legal[..., : len(self.alphabet)] &= ~torch.nn.functional.one_hot(tokens.clamp_max(len(self.alphabet) - 1), len(self.alphabet)).bool()
+        legal[..., : len(self.alphabet)] &= ~torch.nn.functional.one_hot(
+            tokens.clamp_max(len(self.alphabet) - 1), len(self.alphabet)
+        ).bool()
         return legal
 
 
 @dataclass(frozen=True)
 class Unlock(Language):
-    """Words of ``a* (b (a|c)*)?``: ``c`` is legal only once a ``b`` has been read, and ``b`` at most once.
+    """Words of ``a* (b (a|c)*)?``: ``c`` is legal only once a ``b`` has been read, and
+    ``b`` at most once.
 
-    One bit of memory (has a ``b`` been seen?), the same presence signal as set complement: a single
-    ``b`` enters a causal attention average with weight about ``1 / s``. Every prefix is a word,
-    so ``EOS`` is always legal. Random words: the ``b`` at a uniform position in ``0..size`` (``size``:
-    no ``b``), ``a`` before it, a uniform choice of ``a`` or ``c`` after it.
+    One bit of memory (has a ``b`` been seen?), the same presence signal as set
+    complement: a single ``b`` enters a causal attention average with weight about ``1 /
+    s``. Every prefix is a word, so ``EOS`` is always legal. Random words: the ``b`` at
+    a uniform position in ``0..size`` (``size``: no ``b``), ``a`` before it, a uniform
+    choice of ``a`` or ``c`` after it.
     """
 
     name: ClassVar[str] = "unlock"
@@ -245,12 +268,18 @@ class Unlock(Language):
 
     def _walk(self, noise: Tensor) -> tuple[Tensor, Tensor]:
         B, T = noise.shape
-        where = (noise[:, 0] * (T + 1)).long().clamp_max(T)  # [B] position of the b (T: none)
+        # [B] position of the b (T: none)
+        where = (noise[:, 0] * (T + 1)).long().clamp_max(T)
         pos = torch.arange(T)[None]
-        after = torch.where(noise[:, 1:] < 0.5, 0, 2)  # a or c, drawn from the remaining noise
-        after = torch.cat([after, torch.zeros(B, 1, dtype=torch.long)], dim=1)  # T columns (last unused at pos 0)
-        after = after.roll(1, dims=1)  # position t uses noise[:, t]; position 0 is never "after"
-        tokens = torch.where(pos < where[:, None], 0, torch.where(pos == where[:, None], 1, after))
+        # a or c, drawn from the remaining noise
+        after = torch.where(noise[:, 1:] < 0.5, 0, 2)
+        # T columns (last unused at pos 0)
+        after = torch.cat([after, torch.zeros(B, 1, dtype=torch.long)], dim=1)
+        # position t uses noise[:, t]; position 0 is never "after"
+        after = after.roll(1, dims=1)
+        tokens = torch.where(
+            pos < where[:, None], 0, torch.where(pos == where[:, None], 1, after)
+        )
         return tokens, torch.ones(B, T, dtype=torch.bool)
 
     def _legal(self, tokens: Tensor) -> Tensor:
@@ -261,11 +290,19 @@ class Unlock(Language):
         return legal
 
 
-LANGUAGES: dict[str, type[Language]] = {"dyck1": Dyck1, "anbn": AnBn, "unlock": Unlock, "norepeat": NoRepeat}
+LANGUAGES: dict[str, type[Language]] = {
+    "dyck1": Dyck1,
+    "anbn": AnBn,
+    "unlock": Unlock,
+    "norepeat": NoRepeat,
+}
 
 
 def make_language(name: str, train_length: int = 16) -> Language:
-    """The language called ``name`` (one of ``LANGUAGES``), trained on words cut at ``train_length``."""
+    """The language called ``name`` (one of ``LANGUAGES``), trained on words cut at
+    ``train_length``."""
     if name not in LANGUAGES:
-        raise ValueError(f"language name={name!r} is unknown; allowed: {tuple(LANGUAGES)}")
+        raise ValueError(
+            f"language name={name!r} is unknown; allowed: {tuple(LANGUAGES)}"
+        )
     return LANGUAGES[name](train_length=train_length)

@@ -1,7 +1,9 @@
-"""Distribution-level metrics. Chapter 1 introduces them; chapter 2 adds the attention ones.
+"""Distribution-level metrics. Chapter 1 introduces them; chapter 2 adds the attention
+ones.
 
-Many next tokens are legal, so top-1 accuracy says little: these compare whole distributions.
-Every function keeps the leading dims and reduces only the last one (the output or key axis).
+Many next tokens are legal, so top-1 accuracy says little: these compare whole
+distributions. Every function keeps the leading dims and reduces only the last one (the
+output or key axis).
 """
 
 from __future__ import annotations
@@ -12,7 +14,10 @@ from torch import Tensor
 
 def _check_same_shape(a: Tensor, b: Tensor, names: str) -> None:
     if a.shape != b.shape:
-        raise ValueError(f"{names} must have the same shape, got {tuple(a.shape)} and {tuple(b.shape)}")
+        raise ValueError(
+            f"{names} must have the same shape, got {tuple(a.shape)} and "
+            f"{tuple(b.shape)}"
+        )
 
 
 def total_variation(probs: Tensor, targets: Tensor) -> Tensor:
@@ -22,13 +27,15 @@ def total_variation(probs: Tensor, targets: Tensor) -> Tensor:
 
 
 def invalid_mass(probs: Tensor, seen: Tensor) -> Tensor:
-    """Probability put on tokens already seen (illegal next tokens): [..., v] -> [...]."""
+    """Probability put on tokens already seen (illegal next tokens): [..., v] ->
+    [...]."""
     _check_same_shape(probs, seen, "probs and seen")
     return (probs * seen).sum(dim=-1)
 
 
 def kl_divergence(targets: Tensor, logits: Tensor) -> Tensor:
-    """KL(p* || softmax(logits)) in nats: [..., v] -> [...]. Terms with p*_i = 0 contribute 0."""
+    """KL(p* || softmax(logits)) in nats: [..., v] -> [...]. Terms with p*_i = 0
+    contribute 0."""
     _check_same_shape(targets, logits, "targets and logits")
     log_q = logits.log_softmax(dim=-1)
     log_p = torch.where(targets > 0, targets.log(), torch.zeros_like(targets))
@@ -36,7 +43,8 @@ def kl_divergence(targets: Tensor, logits: Tensor) -> Tensor:
 
 
 def logit_gap(logits: Tensor, seen: Tensor) -> Tensor:
-    """Smallest legal (unseen) logit minus largest illegal (seen) logit: [..., v] -> [...].
+    """Smallest legal (unseen) logit minus largest illegal (seen) logit: [..., v] ->
+    [...].
 
     Positive means every legal token outranks every illegal one; softmax makes the
     separation sharper the larger the gap.
@@ -49,7 +57,8 @@ def logit_gap(logits: Tensor, seen: Tensor) -> Tensor:
 
 
 def attention_entropy(pattern: Tensor) -> Tensor:
-    """Entropy in nats of each attention row: [..., key_pos] -> [...]. Uniform over s keys gives log s."""
+    """Entropy in nats of each attention row: [..., key_pos] -> [...]. Uniform over s
+    keys gives log s."""
     return -(pattern * pattern.clamp_min(1e-30).log()).sum(dim=-1)
 
 
@@ -59,15 +68,17 @@ def max_attention(pattern: Tensor) -> Tensor:
 
 
 def effective_tokens(pattern: Tensor) -> Tensor:
-    """N_eff = 1 / sum_i a_i^2, in [1, s]: how many keys a row effectively averages over."""
+    """N_eff = 1 / sum_i a_i^2, in [1, s]: how many keys a row effectively averages
+    over."""
     return 1.0 / pattern.square().sum(dim=-1)
 
 
 def top1_legal(logits: Tensor, seen: Tensor) -> Tensor:
     """1.0 where the argmax token is legal (unseen), else 0.0: [..., v] -> [...] float.
 
-    Top-1 accuracy for a task with many right answers. Chapter 1 shows it stays at 1 while the
-    distribution drifts far from p*, which is why the book reports TV, invalid mass and KL instead.
+    Top-1 accuracy for a task with many right answers. Chapter 1 shows it stays at 1
+    while the distribution drifts far from p*, which is why the book reports TV, invalid
+    mass and KL instead.
     """
     _check_same_shape(logits, seen, "logits and seen")
     return (~seen.gather(-1, logits.argmax(dim=-1, keepdim=True)).squeeze(-1)).float()

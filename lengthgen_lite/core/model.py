@@ -24,17 +24,20 @@ name                                       shape                                
 ``ln_final.hook_normalized``               [batch, pos, d_model]                 norm="pre_final"
 =========================================  ====================================  ==================
 
-Every norm also has ``<norm>.hook_scale`` [batch, pos, 1]: the divisor sqrt(var + eps) of each
-vector (recorded, or replaced by :func:`run_with_hooks`, e.g. frozen to a constant in chapter 5).
+Every norm also has ``<norm>.hook_scale`` [batch, pos, 1]: the divisor sqrt(var + eps)
+of each vector (recorded, or replaced by :func:`run_with_hooks`, e.g. frozen to a
+constant in chapter 5).
 
-Where the norms sit is ``NORM_SITES``, one table from placement name to :class:`NormSites`
-(``PLACEMENTS`` is its names); adding a placement is adding a row (``book/extending.md``).
+Where the norms sit is ``NORM_SITES``, one table from placement name to
+:class:`NormSites` (``PLACEMENTS`` is its names); adding a placement is adding a row
+(``book/extending.md``).
 
-With ``queries="last"`` (chapter 4) only the last position queries attention and goes on: from
-``hook_attn_scores`` on, ``query_pos`` and ``pos`` have size 1 and the logits are [batch, 1, n_outputs].
+With ``queries="last"`` (chapter 4) only the last position queries attention and goes
+on: from ``hook_attn_scores`` on, ``query_pos`` and ``pos`` have size 1 and the logits
+are [batch, 1, n_outputs].
 
-Chapter 4's retrieval model, a subclass with an input layer for packed set items, lives in
-:mod:`lengthgen_lite.core.retrieval` with its tasks.
+Chapter 4's retrieval model, a subclass with an input layer for packed set items, lives
+in :mod:`lengthgen_lite.core.retrieval` with its tasks.
 """
 
 from __future__ import annotations
@@ -61,10 +64,11 @@ Queries = Literal["all", "last"]
 class NormSites:
     """Where one norm placement puts norms in every block (and after the last one).
 
-    ``pre``: on each sub-layer's input (``ln1`` before attention, ``ln2`` before the MLP);
-    ``post``: on the residual stream after each sub-layer is added (the same ``ln1``, ``ln2``);
-    ``attn_out``: on the attention output before it joins the residual (``ln_attn_out``; the MLP
-    stays unnormed); ``final``: once more before the unembedding (``ln_final``).
+    ``pre``: on each sub-layer's input (``ln1`` before attention, ``ln2`` before the
+    MLP); ``post``: on the residual stream after each sub-layer is added (the same
+    ``ln1``, ``ln2``); ``attn_out``: on the attention output before it joins the
+    residual (``ln_attn_out``; the MLP stays unnormed); ``final``: once more before the
+    unembedding (``ln_final``).
     """
 
     pre: bool = False
@@ -74,11 +78,14 @@ class NormSites:
 
     def __post_init__(self) -> None:
         if self.pre and self.post:
-            raise ValueError("pre and post share the norms ln1/ln2: a placement may use one of them")
+            raise ValueError(
+                "pre and post share the norms ln1/ln2: a placement may use one of them"
+            )
 
 
-# The norm placements, declared once: name -> where its norms sit, in the book's order. A new
-# placement is one more row here (book/extending.md); nothing else in the model changes.
+# The norm placements, declared once: name -> where its norms sit, in the book's order.
+# A new placement is one more row here (book/extending.md); nothing else in the model
+# changes.
 NORM_SITES: dict[str, NormSites] = {
     "none": NormSites(),
     "pre": NormSites(pre=True),
@@ -86,27 +93,33 @@ NORM_SITES: dict[str, NormSites] = {
     "post": NormSites(post=True),
     "attn_out": NormSites(attn_out=True),
 }
-PLACEMENTS: tuple[str, ...] = tuple(NORM_SITES)  # the names: none, pre, pre_final, post, attn_out
+# the names: none, pre, pre_final, post, attn_out
+PLACEMENTS: tuple[str, ...] = tuple(NORM_SITES)
 NormPlacement = str  # one of PLACEMENTS (a key of NORM_SITES, checked by ModelConfig)
 
 
 @dataclass(frozen=True)
 class ModelConfig:
     vocab_size: int  # v: number of input tokens
-    n_outputs: int | None = None  # output classes; None: vocab_size (next-token prediction)
+    # output classes; None: vocab_size (next-token prediction)
+    n_outputs: int | None = None
     n_layers: int = 1
     d_model: int = 64
     n_heads: int = 1
-    d_head: int | None = None  # per-head query/key/value width; None: d_model // n_heads
+    # per-head query/key/value width; None: d_model // n_heads
+    d_head: int | None = None
     d_mlp: int = 0  # 0: attention-only blocks
-    positional: Positional = "none"  # set complement is order-invariant: no positions needed
+    # set complement is order-invariant: no positions needed
+    positional: Positional = "none"
     max_len: int = 64  # longest input with learned positions
     norm: NormPlacement = "none"
     norm_kind: NormKind = "layernorm"  # "standardize": LayerNorm without its affine
     attn_dropout: float = 0.0  # on the attention pattern
-    resid_dropout: float = 0.0  # on each sub-layer's output before it joins the residual
+    # on each sub-layer's output before it joins the residual
+    resid_dropout: float = 0.0
     causal: bool = True
-    queries: Queries = "all"  # "last": only the last position queries attention (a pooling read-out; ch. 4)
+    # "last": only the last position queries attention (a pooling read-out; ch. 4)
+    queries: Queries = "all"
 
     def __post_init__(self) -> None:
         for name in ("vocab_size", "n_layers", "d_model", "n_heads", "max_len"):
@@ -116,7 +129,8 @@ class ModelConfig:
             require_int("n_outputs", self.n_outputs, minimum=1)
         if self.d_head is None and self.d_model % self.n_heads:
             raise ValueError(
-                f"d_model={self.d_model} is not divisible by n_heads={self.n_heads}; set d_head explicitly"
+                f"d_model={self.d_model} is not divisible by "
+                f"n_heads={self.n_heads}; set d_head explicitly"
             )
         if self.d_head is not None:
             require_int("d_head", self.d_head, minimum=1)
@@ -128,7 +142,9 @@ class ModelConfig:
         }
         for name, allowed in choices.items():
             if getattr(self, name) not in allowed:
-                raise ValueError(f"{name}={getattr(self, name)!r} is unknown; allowed: {allowed}")
+                raise ValueError(
+                    f"{name}={getattr(self, name)!r} is unknown; allowed: {allowed}"
+                )
         for name in ("attn_dropout", "resid_dropout"):
             value = getattr(self, name)
             if not 0.0 <= require_number(name, value) < 1.0:
@@ -162,18 +178,21 @@ class HookPoint(nn.Module):
 
 
 class Norm(nn.Module):
-    """LayerNorm over features, with affine gain/bias, or plain standardisation (no affine).
+    """LayerNorm over features, with affine gain/bias, or plain standardisation (no
+    affine).
 
-    ``hook_scale`` is the divisor, sqrt(var + eps) per vector [..., 1]. Without a hook on it the
-    norm is PyTorch's fused ``layer_norm`` (what every stored output used). With one, the scale is
-    computed and passed through the hook; if the hook only records it, the output is still the
-    fused one (bit for bit); if it returns a replacement, the output is
-    ``(x - mean) / replacement`` with the same gain and bias.
+    ``hook_scale`` is the divisor, sqrt(var + eps) per vector [..., 1]. Without a hook
+    on it the norm is PyTorch's fused ``layer_norm`` (what every stored output used).
+    With one, the scale is computed and passed through the hook; if the hook only
+    records it, the output is still the fused one (bit for bit); if it returns a
+    replacement, the output is ``(x - mean) / replacement`` with the same gain and bias.
     """
 
     def __init__(self, d_model: int, kind: NormKind):
         super().__init__()
-        self.layer_norm = nn.LayerNorm(d_model, elementwise_affine=(kind == "layernorm"))
+        self.layer_norm = nn.LayerNorm(
+            d_model, elementwise_affine=(kind == "layernorm")
+        )
         self.hook_scale = HookPoint()  # [..., 1]
         self.hook_normalized = HookPoint()
 
@@ -192,11 +211,12 @@ class Norm(nn.Module):
 
 
 def _matmul(a: Tensor, b: Tensor, broadcast: bool) -> Tensor:
-    """``a @ b``; ``broadcast``: as a broadcast product summed over the shared axis. The attention's
-    products are one tiny matrix per (seed, sequence, head) at a handful of positions, which a
-    batched matmul runs at a few GFLOP/s; under torch.compile the broadcast form is one fused kernel.
-    Eagerly it materialises the product and is slower from ~16 positions, so only the compiled
-    training step uses it. Equal up to rounding."""
+    """``a @ b``; ``broadcast``: as a broadcast product summed over the shared axis. The
+    attention's products are one tiny matrix per (seed, sequence, head) at a handful of
+    positions, which a batched matmul runs at a few GFLOP/s; under torch.compile the
+    broadcast form is one fused kernel. Eagerly it materialises the product and is
+    slower from ~16 positions, so only the compiled training step uses it. Equal up to
+    rounding."""
     return (a.unsqueeze(-1) * b.unsqueeze(-3)).sum(-2) if broadcast else a @ b
 
 
@@ -215,23 +235,34 @@ class Attention(nn.Module):
         self.hook_pattern = HookPoint()  # [batch, head, query_pos, key_pos]
         self.hook_z = HookPoint()  # [batch, pos, head, d_head]
 
-    def forward(self, x: Tensor, tokens: Tensor | None = None, broadcast: bool = False) -> Tensor:
-        """x [batch, pos, d_model]; or, with ``tokens`` [batch, pos], a [v, d_model] table of each
-        token's input (see :meth:`Transformer.forward`): then v rows are projected, not every position."""
+    def forward(
+        self, x: Tensor, tokens: Tensor | None = None, broadcast: bool = False
+    ) -> Tensor:
+        """x [batch, pos, d_model]; or, with ``tokens`` [batch, pos], a [v, d_model]
+        table of each token's input (see :meth:`Transformer.forward`): then v rows are
+        projected, not every position."""
         B, T = x.shape[:2] if tokens is None else tokens.shape
         q, k, v = (
-            (W(x) if tokens is None else F.embedding(tokens, W(x))).view(B, T, self.n_heads, self.d_head).transpose(1, 2)
+            (W(x) if tokens is None else F.embedding(tokens, W(x)))
+            .view(B, T, self.n_heads, self.d_head)
+            .transpose(1, 2)
             for W in (self.W_Q, self.W_K, self.W_V)
         )
-        if self.last_query:  # one query row: O(T) rather than O(T^2), so N = 1024 stays cheap (ch. 4)
+        # one query row: O(T) rather than O(T^2), so N = 1024 stays cheap (ch. 4)
+        if self.last_query:
             q = q[:, :, -1:]
-        scores = _matmul(q, k.transpose(-1, -2), broadcast) / math.sqrt(self.d_head)  # [batch, head, T or 1, T]
+        # [batch, head, T or 1, T]
+        scores = _matmul(q, k.transpose(-1, -2), broadcast) / math.sqrt(self.d_head)
         if self.causal:
-            future = torch.ones(T, T, dtype=torch.bool, device=q.device).triu(1)[-q.shape[2] :]
+            future = torch.ones(T, T, dtype=torch.bool, device=q.device).triu(1)[
+                -q.shape[2] :
+            ]
             scores = scores.masked_fill(future, float("-inf"))
         pattern = self.hook_pattern(self.hook_attn_scores(scores).softmax(dim=-1))
-        z = self.hook_z(_matmul(self.dropout(pattern), v, broadcast).transpose(1, 2))  # [batch, T or 1, head, d_head]
-        return self.W_O(z.reshape(B, z.shape[1], self.n_heads * self.d_head))  # [batch, T or 1, d_model]
+        # [batch, T or 1, head, d_head]
+        z = self.hook_z(_matmul(self.dropout(pattern), v, broadcast).transpose(1, 2))
+        # [batch, T or 1, d_model]
+        return self.W_O(z.reshape(B, z.shape[1], self.n_heads * self.d_head))
 
 
 class MLP(nn.Module):
@@ -245,10 +276,12 @@ class MLP(nn.Module):
 
 
 class Block(nn.Module):
-    """One layer. ``cfg.norm`` decides where the norms sit (``NORM_SITES``, :class:`NormSites`):
+    """One layer. ``cfg.norm`` decides where the norms sit (``NORM_SITES``,
+    :class:`NormSites`):
 
     none ``x + attn(x)``; pre/pre_final ``x + attn(LN x)``; post ``LN(x + attn x)``;
-    attn_out ``x + LN(attn x)`` (the MLP, if any, follows the same placement; unnormed for attn_out).
+    attn_out ``x + LN(attn x)`` (the MLP, if any, follows the same placement; unnormed
+    for attn_out).
     """
 
     def __init__(self, cfg: ModelConfig):
@@ -270,16 +303,21 @@ class Block(nn.Module):
         self.dropout = nn.Dropout(cfg.resid_dropout)
         self.hook_resid_post = HookPoint()
 
-    def forward(self, x: Tensor, tokens: Tensor | None = None, broadcast: bool = False) -> Tensor:
-        """x [batch, pos, d_model]; or a [v, d_model] token table with ``tokens`` (first layer only)."""
+    def forward(
+        self, x: Tensor, tokens: Tensor | None = None, broadcast: bool = False
+    ) -> Tensor:
+        """x [batch, pos, d_model]; or a [v, d_model] token table with ``tokens`` (first
+        layer only)."""
         pre, post = self.sites.pre, self.sites.post
         x = self.hook_resid_pre(x)
-        h = self.hook_attn_out(self.attn(self.ln1(x) if pre else x, tokens, broadcast))  # LN of a table row: per token too
+        # LN of a table row: per token too
+        h = self.hook_attn_out(self.attn(self.ln1(x) if pre else x, tokens, broadcast))
         if tokens is not None:
             x = F.embedding(tokens, x)  # the residual stream at every position
         if self.sites.attn_out:
             h = self.ln_attn_out(h)
-        x = x[:, -h.shape[1] :] + self.dropout(h)  # queries="last": only the last position goes on
+        # queries="last": only the last position goes on
+        x = x[:, -h.shape[1] :] + self.dropout(h)
         x = self.hook_resid_mid(self.ln1(x) if post else x)
         if self.mlp is not None:
             x = x + self.dropout(self.hook_mlp_out(self.mlp(self.ln2(x) if pre else x)))
@@ -288,7 +326,8 @@ class Block(nn.Module):
 
 
 class Transformer(nn.Module):
-    """Decoder (causal by default): tokens [batch, pos] -> logits [batch, pos, n_outputs] at every position."""
+    """Decoder (causal by default): tokens [batch, pos] -> logits [batch, pos,
+    n_outputs] at every position."""
 
     def __init__(self, cfg: ModelConfig):
         super().__init__()
@@ -306,8 +345,8 @@ class Transformer(nn.Module):
 
     @staticmethod
     def _init_weights(module: nn.Module) -> None:
-        # Unit-variance embeddings; linear maps preserve the scale of their input (std 1/sqrt(fan_in)).
-        # LayerNorm keeps PyTorch's gain 1, bias 0.
+        # Unit-variance embeddings; linear maps preserve the scale of their input (std
+        # 1/sqrt(fan_in)). LayerNorm keeps PyTorch's gain 1, bias 0.
         if isinstance(module, nn.Embedding):
             nn.init.normal_(module.weight, std=1.0)
         elif isinstance(module, nn.Linear):
@@ -315,33 +354,53 @@ class Transformer(nn.Module):
             if module.bias is not None:
                 nn.init.zeros_(module.bias)
 
-    def forward(self, tokens: Tensor, tables: bool = False, broadcast: bool = False) -> Tensor:
-        """The two flags are training's fast path: the same function, equal up to float rounding.
-        ``tables`` (needs ``positional="none"``): a position's input to the first layer depends on its
-        token alone, so its Q/K/V (and pre-norm LN) are computed once per vocabulary row and gathered,
-        instead of once per position. The first block's hooks then see [v, d_model] tables, so
-        :func:`run_with_cache` always runs the plain path. ``broadcast``: see ``_matmul`` in this module.
+    def forward(
+        self, tokens: Tensor, tables: bool = False, broadcast: bool = False
+    ) -> Tensor:
+        """The two flags are training's fast path: the same function, equal up to float
+        rounding. ``tables`` (needs ``positional="none"``): a position's input to the
+        first layer depends on its token alone, so its Q/K/V (and pre-norm LN) are
+        computed once per vocabulary row and gathered, instead of once per position. The
+        first block's hooks then see [v, d_model] tables, so :func:`run_with_cache`
+        always runs the plain path. ``broadcast``: see ``_matmul`` in this module.
         """
         if tokens.dim() != 2 or tokens.dtype != torch.long:
-            raise ValueError(f"tokens must be [batch, pos] long, got shape {tuple(tokens.shape)} {tokens.dtype}")
+            raise ValueError(
+                "tokens must be [batch, pos] long, got shape "
+                f"{tuple(tokens.shape)} {tokens.dtype}"
+            )
         if not tables:
-            return self.forward_embeddings(self.hook_embed(self.embed(tokens)), broadcast)
+            return self.forward_embeddings(
+                self.hook_embed(self.embed(tokens)), broadcast
+            )
         if self.cfg.positional != "none":
-            raise ValueError(f"tables needs positional='none' (a position's input must depend on its token alone), got {self.cfg.positional!r}")
+            raise ValueError(
+                "tables needs positional='none' (a position's input must "
+                f"depend on its token alone), got {self.cfg.positional!r}"
+            )
         return self._body(self.hook_embed(self.embed.weight), tokens, broadcast)
 
     def forward_embeddings(self, x: Tensor, broadcast: bool = False) -> Tensor:
-        """Run the body on input vectors [batch, pos, d_model] (for tasks whose items are not tokens)."""
+        """Run the body on input vectors [batch, pos, d_model] (for tasks whose items
+        are not tokens)."""
         if x.dim() != 3 or x.shape[-1] != self.cfg.d_model:
-            raise ValueError(f"embeddings must be [batch, pos, d_model={self.cfg.d_model}], got {tuple(x.shape)}")
+            raise ValueError(
+                "embeddings must be [batch, pos, "
+                f"d_model={self.cfg.d_model}], got {tuple(x.shape)}"
+            )
         if self.cfg.positional == "learned":
             if x.shape[1] > self.cfg.max_len:
-                raise ValueError(f"input length {x.shape[1]} exceeds max_len={self.cfg.max_len}")
-            x = x + self.hook_pos_embed(self.pos_embed(torch.arange(x.shape[1], device=x.device)))
+                raise ValueError(
+                    f"input length {x.shape[1]} exceeds max_len={self.cfg.max_len}"
+                )
+            x = x + self.hook_pos_embed(
+                self.pos_embed(torch.arange(x.shape[1], device=x.device))
+            )
         return self._body(x, None, broadcast)
 
     def _body(self, x: Tensor, tokens: Tensor | None, broadcast: bool) -> Tensor:
-        """The blocks and the read-out; with ``tokens``, ``x`` is the first block's [v, d_model] token table."""
+        """The blocks and the read-out; with ``tokens``, ``x`` is the first block's [v,
+        d_model] token table."""
         for i, block in enumerate(self.blocks):
             x = block(x, tokens if i == 0 else None, broadcast)
         if self.cfg.norm_sites.final:
@@ -351,32 +410,42 @@ class Transformer(nn.Module):
 
 def hook_names(model: nn.Module) -> list[str]:
     """Every recordable activation of ``model``, by its module path."""
-    return [name for name, module in model.named_modules() if isinstance(module, HookPoint)]
+    return [
+        name for name, module in model.named_modules() if isinstance(module, HookPoint)
+    ]
 
 
-HookFn = Callable[[Tensor, str], "Tensor | None"]  # (activation, hook name) -> replacement or None
+# (activation, hook name) -> replacement or None
+HookFn = Callable[[Tensor, str], "Tensor | None"]
 
 
 def _hook_points(model: nn.Module, names: Iterable[str]) -> dict[str, HookPoint]:
-    """The hook points called ``names``; ValueError listing the valid names if one is unknown."""
+    """The hook points called ``names``; ValueError listing the valid names if one is
+    unknown."""
     points = {name: m for name, m in model.named_modules() if isinstance(m, HookPoint)}
     if unknown := set(names) - set(points):
-        raise ValueError(f"unknown activation names {sorted(unknown)}; this model has {list(points)}")
+        raise ValueError(
+            f"unknown activation names {sorted(unknown)}; this model has {list(points)}"
+        )
     return points
 
 
 @contextmanager
 def hooks_installed(
-    model: nn.Module, hooks: Mapping[str, HookFn] | None = None, record: Iterable[str] | None = ()
+    model: nn.Module,
+    hooks: Mapping[str, HookFn] | None = None,
+    record: Iterable[str] | None = (),
 ) -> Iterator[dict[str, Tensor]]:
-    """While open, ``hooks[name](activation, name)`` runs at each named hook point and replaces the
-    activation if it returns a tensor (None: keep it); the activations named in ``record`` (None:
-    all) are recorded, after any replacement, into the dict it yields. Everything is removed on
-    exit, also when the body raises."""
+    """While open, ``hooks[name](activation, name)`` runs at each named hook point and
+    replaces the activation if it returns a tensor (None: keep it); the activations
+    named in ``record`` (None: all) are recorded, after any replacement, into the dict
+    it yields. Everything is removed on exit, also when the body raises."""
     hooks = dict(hooks or {})
     for name, fn in hooks.items():
         if not callable(fn):
-            raise ValueError(f"the hook for {name!r} must be callable (activation, name), got {fn!r}")
+            raise ValueError(
+                f"the hook for {name!r} must be callable (activation, name), got {fn!r}"
+            )
     wanted = hook_names(model) if record is None else list(record)
     points = _hook_points(model, [*hooks, *wanted])
     cache: dict[str, Tensor] = {}
@@ -385,7 +454,10 @@ def hooks_installed(
         def hook(_module: nn.Module, _inputs: object, out: Tensor) -> Tensor | None:
             new = fn(out, name)
             if new is not None and not isinstance(new, Tensor):
-                raise ValueError(f"the hook for {name!r} returned {type(new).__name__}; return a Tensor or None")
+                raise ValueError(
+                    f"the hook for {name!r} returned {type(new).__name__}; "
+                    "return a Tensor or None"
+                )
             return new
 
         return hook
@@ -394,7 +466,10 @@ def hooks_installed(
         return lambda _module, _inputs, out: cache.__setitem__(name, out.detach())
 
     # Interventions first: a hook point's recording sees the replaced activation.
-    handles = [points[name].register_forward_hook(intervene(name, fn)) for name, fn in hooks.items()]
+    handles = [
+        points[name].register_forward_hook(intervene(name, fn))
+        for name, fn in hooks.items()
+    ]
     handles += [points[name].register_forward_hook(store(name)) for name in wanted]
     try:
         yield cache
@@ -420,10 +495,11 @@ def run_with_cache(
     names: Iterable[str] | None = None,
     hooks: Mapping[str, HookFn] | None = None,
 ) -> tuple[Tensor, dict[str, Tensor]]:
-    """Run ``model`` once in eval mode; return (logits, {name: activation}) for ``names`` (None: all).
+    """Run ``model`` once in eval mode; return (logits, {name: activation}) for
+    ``names`` (None: all).
 
-    ``hooks`` (optional) intervene as in :func:`run_with_hooks`; the cache holds what they return.
-    Hooks are removed on exit, also when the forward pass raises.
+    ``hooks`` (optional) intervene as in :func:`run_with_hooks`; the cache holds what
+    they return. Hooks are removed on exit, also when the forward pass raises.
     """
     with _eval_mode(model), hooks_installed(model, hooks, record=names) as cache:
         logits = model(inputs)
@@ -431,28 +507,36 @@ def run_with_cache(
 
 
 @torch.no_grad()
-def run_with_hooks(model: nn.Module, inputs: Tensor, hooks: Mapping[str, HookFn]) -> Tensor:
+def run_with_hooks(
+    model: nn.Module, inputs: Tensor, hooks: Mapping[str, HookFn]
+) -> Tensor:
     """Run ``model`` once in eval mode with interventions; return its logits.
 
-    ``hooks`` maps hook names (:func:`hook_names`) to functions ``fn(activation, name)`` that
-    return a replacement tensor, or None to leave the activation as it is (TransformerLens's
-    convention). An unknown name raises ValueError listing the valid ones. The hooks are removed
+    ``hooks`` maps hook names (:func:`hook_names`) to functions ``fn(activation, name)``
+    that return a replacement tensor, or None to leave the activation as it is
+    (TransformerLens's convention). An unknown name raises ValueError listing the valid
+    ones. The hooks are removed
     afterwards, also when the forward pass raises. Example, chapter 5's frozen divisor::
 
-        run_with_hooks(model, tokens, {"blocks.0.ln1.hook_scale": lambda s, _: torch.tensor(2.0)})
+        run_with_hooks(
+            model, tokens, {"blocks.0.ln1.hook_scale": lambda s, _: torch.tensor(2.0)}
+        )
     """
     with _eval_mode(model), hooks_installed(model, hooks):
         return model(inputs)
 
 
 def init_model(
-    cfg: ModelConfig, seed: int, model_class: Callable[[ModelConfig], nn.Module] = Transformer
+    cfg: ModelConfig,
+    seed: int,
+    model_class: Callable[[ModelConfig], nn.Module] = Transformer,
 ) -> nn.Module:
     """The initial weights of seed ``seed``: the one place they come from.
 
-    :func:`~lengthgen_lite.core.training.train` starts seed k from ``init_model(cfg, k)``, so this
-    rebuilds any trained model's starting point. It seeds everything with ``2 * seed`` (the data
-    stream uses ``2 * seed + 1``; the two never coincide), then builds ``model_class(cfg)``.
+    :func:`~lengthgen_lite.core.training.train` starts seed k from ``init_model(cfg,
+    k)``, so this rebuilds any trained model's starting point. It seeds everything with
+    ``2 * seed`` (the data stream uses ``2 * seed + 1``; the two never coincide), then
+    builds ``model_class(cfg)``.
     """
     seed = require_int("seed", seed, minimum=0)
     seed_everything(2 * seed)

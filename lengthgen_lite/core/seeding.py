@@ -1,12 +1,13 @@
 """The one place where seeds and the torch thread count are set.
 
-Bit-identical results on CPU need a fixed seed *and* a fixed thread count (1 vs 2 threads changes
-low bits), so both are pinned together.
+Bit-identical results on CPU need a fixed seed *and* a fixed thread count (1 vs 2
+threads changes low bits), so both are pinned together.
 
 Every seed the book uses passes through this module, so one environment variable,
-``LENGTHGEN_SEED_OFFSET``, moves all of them at once: ``make test`` executes every chapter a second
-time with an offset no stored output used, and every claim a chapter asserts must hold there too.
-A claim that holds only for the seeds the stored outputs happened to use is not a claim.
+``LENGTHGEN_SEED_OFFSET``, moves all of them at once: ``make test`` executes every
+chapter a second time with an offset no stored output used, and every claim a chapter
+asserts must hold there too. A claim that holds only for the seeds the stored outputs
+happened to use is not a claim.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import random
 
 import numpy as np
 import torch
+
 from .validation import is_int
 
 THREADS = 1
@@ -23,10 +25,13 @@ SEED_OFFSET_VARIABLE = "LENGTHGEN_SEED_OFFSET"
 
 
 def seed_offset() -> int:
-    """The offset added to every seed: 0 unless ``LENGTHGEN_SEED_OFFSET`` names another."""
+    """The offset added to every seed: 0 unless ``LENGTHGEN_SEED_OFFSET`` names
+    another."""
     text = os.environ.get(SEED_OFFSET_VARIABLE, "0").strip() or "0"
     if not text.isdigit():
-        raise ValueError(f"{SEED_OFFSET_VARIABLE} must be a non-negative integer, got {text!r}")
+        raise ValueError(
+            f"{SEED_OFFSET_VARIABLE} must be a non-negative integer, got {text!r}"
+        )
     return int(text)
 
 
@@ -37,7 +42,8 @@ def _offset(seed: int) -> int:
 
 
 def seed_everything(seed: int) -> torch.Generator:
-    """Seed Python, NumPy and torch, pin torch to one thread; return a torch generator seeded alike."""
+    """Seed Python, NumPy and torch, pin torch to one thread; return a torch generator
+    seeded alike."""
     actual = _offset(seed)
     os.environ.setdefault("OMP_NUM_THREADS", str(THREADS))
     torch.set_num_threads(THREADS)
@@ -48,12 +54,14 @@ def seed_everything(seed: int) -> torch.Generator:
 
 
 def make_generator(seed: int) -> torch.Generator:
-    """A torch CPU generator with its own stream, so data sampling never depends on model init."""
+    """A torch CPU generator with its own stream, so data sampling never depends on
+    model init."""
     generator = torch.Generator()
     generator.manual_seed(_offset(seed))
     return generator
 
 
 def numpy_generator(seed: int) -> np.random.Generator:
-    """A NumPy generator (random search, bootstrap resampling), moved by the same offset."""
+    """A NumPy generator (random search, bootstrap resampling), moved by the same
+    offset."""
     return np.random.default_rng(_offset(seed))

@@ -1,19 +1,20 @@
 """Task samplers. Chapter 1 introduces set complement.
 
-Set complement: the input is a sequence of distinct tokens from ``{0, ..., v-1}``; after a prefix of
-``s`` tokens the ideal next-token distribution p* is uniform over the ``v - s`` tokens not yet seen.
-A causal model predicts at every position at once, so one sequence of length ``L`` trains (and
-evaluates) every prefix length ``s = 1..L``.
+Set complement: the input is a sequence of distinct tokens from ``{0, ..., v-1}``; after
+a prefix of ``s`` tokens the ideal next-token distribution p* is uniform over the ``v -
+s`` tokens not yet seen. A causal model predicts at every position at once, so one
+sequence of length ``L`` trains (and evaluates) every prefix length ``s = 1..L``.
 
-Every task returns :class:`Batch` objects, the one format the training loop reads. Chapter 4's
-retrieval tasks live in :mod:`lengthgen_lite.core.retrieval`.
+Every task returns :class:`Batch` objects, the one format the training loop reads.
+Chapter 4's retrieval tasks live in :mod:`lengthgen_lite.core.retrieval`.
 """
 
 from __future__ import annotations
 
 import itertools
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Protocol, Sequence
+from typing import Protocol
 
 import torch
 from torch import Tensor
@@ -23,7 +24,8 @@ from .validation import is_int
 
 @dataclass(frozen=True)
 class Batch:
-    """One training batch, in the format :func:`lengthgen_lite.core.training.train` reads."""
+    """One training batch, in the format :func:`lengthgen_lite.core.training.train`
+    reads."""
 
     inputs: Tensor  # [batch, pos] token ids (long) or task-specific features
     targets: Tensor  # [batch, pos, n_outputs] target distributions (rows sum to 1)
@@ -36,15 +38,19 @@ class Task(Protocol):
     n_outputs: int
 
     def train_sizes(self) -> Sequence[int]:
-        """Input sizes the loop draws from, one per step, shared by all seeds trained together."""
+        """Input sizes the loop draws from, one per step, shared by all seeds trained
+        together."""
         ...
 
-    def sample_train_batch(self, batch: int, size: int, generator: torch.Generator) -> Batch:
+    def sample_train_batch(
+        self, batch: int, size: int, generator: torch.Generator
+    ) -> Batch:
         """A batch of ``batch`` training examples of input size ``size``."""
         ...
 
-    # Optional: ``sample_train_batches(batch, size, generators) -> Batch`` with a leading [K] axis,
-    # equal to stacking ``sample_train_batch`` per generator. ``train`` uses it when present (faster).
+    # Optional: ``sample_train_batches(batch, size, generators) -> Batch`` with a
+    # leading [K] axis, equal to stacking ``sample_train_batch`` per generator.
+    # ``train`` uses it when present (faster).
 
 
 def _check_positive_int(name: str, value: int) -> None:
@@ -57,13 +63,17 @@ def _check_vocab_and_length(v: int, length: int) -> None:
         raise ValueError(f"vocabulary size v must be an int >= 2, got {v!r}")
     if not is_int(length) or not 1 <= length <= v - 1:
         raise ValueError(
-            f"length must be an int in 1..v-1 = 1..{v - 1} (distinct tokens, at least one left "
+            f"length must be an int in 1..v-1 = 1..{v - 1} (distinct tokens, "
+            "at least one left "
             f"to predict), got {length!r}"
         )
 
 
-def sample_sequences(v: int, length: int, batch: int, generator: torch.Generator) -> Tensor:
-    """``batch`` sequences of ``length`` distinct tokens in ``0..v-1``: [batch, pos] long.
+def sample_sequences(
+    v: int, length: int, batch: int, generator: torch.Generator
+) -> Tensor:
+    """``batch`` sequences of ``length`` distinct tokens in ``0..v-1``: [batch, pos]
+    long.
 
     Each row is the start of a uniformly random permutation of the vocabulary.
     """
@@ -73,21 +83,28 @@ def sample_sequences(v: int, length: int, batch: int, generator: torch.Generator
 
 
 def enumerate_sequences(v: int, length: int) -> Tensor:
-    """Every sequence of ``length`` distinct tokens, in lexicographic order: [v!/(v-length)!, pos]."""
+    """Every sequence of ``length`` distinct tokens, in lexicographic order:
+    [v!/(v-length)!, pos]."""
     _check_vocab_and_length(v, length)
-    return torch.tensor(list(itertools.permutations(range(v), length)), dtype=torch.long)
+    return torch.tensor(
+        list(itertools.permutations(range(v), length)), dtype=torch.long
+    )
 
 
 def seen_mask(tokens: Tensor, v: int) -> Tensor:
     """[batch, pos, v] bool: token i has appeared at or before each position."""
     if tokens.dim() != 2 or tokens.dtype != torch.long:
-        raise ValueError(f"tokens must be a [batch, pos] long tensor, got {tuple(tokens.shape)} {tokens.dtype}")
+        raise ValueError(
+            "tokens must be a [batch, pos] long tensor, got "
+            f"{tuple(tokens.shape)} {tokens.dtype}"
+        )
     one_hot = torch.nn.functional.one_hot(tokens, v)  # [batch, pos, v]
     return one_hot.cumsum(dim=1) > 0
 
 
 def target_distribution(tokens: Tensor, v: int) -> Tensor:
-    """p* at every prefix: [batch, pos, v], zero on seen tokens, ``1/(v-s)`` on the rest."""
+    """p* at every prefix: [batch, pos, v], zero on seen tokens, ``1/(v-s)`` on the
+    rest."""
     seen = seen_mask(tokens, v)
     if (seen.sum(-1) != torch.arange(1, tokens.shape[1] + 1)).any():
         raise ValueError("tokens must be distinct within each sequence")
@@ -96,34 +113,41 @@ def target_distribution(tokens: Tensor, v: int) -> Tensor:
 
 
 def sample_next_tokens(targets: Tensor, generator: torch.Generator) -> Tensor:
-    """One legal next token per position, drawn from ``targets`` [..., n_outputs]: [...] long.
+    """One legal next token per position, drawn from ``targets`` [..., n_outputs]: [...]
+    long.
 
-    This is the noisy training signal: one of the many legal continuations. The same draw as
-    ``torch.multinomial(targets, 1)`` (its CPU kernel's exponential trick, checked by the tests),
-    split in two so that a training loop can draw the noise of many steps before their targets exist.
+    This is the noisy training signal: one of the many legal continuations. The same
+    draw as ``torch.multinomial(targets, 1)`` (its CPU kernel's exponential trick,
+    checked by the tests), split in two so that a training loop can draw the noise of
+    many steps before their targets exist.
     """
     return pick_next_tokens(targets, token_noise(targets.shape, generator))
 
 
 def token_noise(shape: Sequence[int], generator: torch.Generator) -> Tensor:
-    """The random draw behind :func:`sample_next_tokens` for targets of ``shape``: Exp(1) noise."""
+    """The random draw behind :func:`sample_next_tokens` for targets of ``shape``:
+    Exp(1) noise."""
     return torch.empty(tuple(shape)).exponential_(generator=generator)
 
 
 def pick_next_tokens(targets: Tensor, noise: Tensor) -> Tensor:
-    """argmax of ``targets / noise`` over the outputs: a draw from ``targets`` given Exp(1) ``noise``."""
+    """argmax of ``targets / noise`` over the outputs: a draw from ``targets`` given
+    Exp(1) ``noise``."""
     if noise.shape != targets.shape:
-        raise ValueError(f"noise {tuple(noise.shape)} must have the shape of targets {tuple(targets.shape)}")
+        raise ValueError(
+            f"noise {tuple(noise.shape)} must have the shape of targets "
+            f"{tuple(targets.shape)}"
+        )
     return (targets / noise).argmax(dim=-1)
 
 
 class PerSeedSampler:
-    """Shared base of the samplers: the random draws are made per seed (generator), everything
-    else runs once for all ``K`` seeds, on a leading [K] axis.
+    """Shared base of the samplers: the random draws are made per seed (generator),
+    everything else runs once for all ``K`` seeds, on a leading [K] axis.
 
-    A subclass says which sizes are valid (``_check_size``) and how to draw (``_draw``, with at
-    least one generator); ``sample_train_batch`` is then the one-generator case of
-    ``sample_train_batches``, so the two agree by construction.
+    A subclass says which sizes are valid (``_check_size``) and how to draw (``_draw``,
+    with at least one generator); ``sample_train_batch`` is then the one-generator case
+    of ``sample_train_batches``, so the two agree by construction.
     """
 
     def train_sizes(self) -> Sequence[int]:
@@ -133,30 +157,42 @@ class PerSeedSampler:
     def _check_size(self, size: int) -> None:
         raise NotImplementedError
 
-    def _draw(self, batch: int, size: int, generators: Sequence[torch.Generator]) -> Batch:
+    def _draw(
+        self, batch: int, size: int, generators: Sequence[torch.Generator]
+    ) -> Batch:
         raise NotImplementedError
 
-    def sample_train_batch(self, batch: int, size: int, generator: torch.Generator) -> Batch:
-        """A batch of ``batch`` examples of input size ``size`` (any valid size: test sizes use this too)."""
+    def sample_train_batch(
+        self, batch: int, size: int, generator: torch.Generator
+    ) -> Batch:
+        """A batch of ``batch`` examples of input size ``size`` (any valid size: test
+        sizes use this too)."""
         stacked = self.sample_train_batches(batch, size, [generator])
         return Batch(stacked.inputs[0], stacked.targets[0], stacked.loss_mask[0])
 
-    def sample_train_batches(self, batch: int, size: int, generators: Sequence[torch.Generator]) -> Batch:
-        """One batch per generator on a leading [K] axis; row k equals ``sample_train_batch(..., generators[k])``."""
+    def sample_train_batches(
+        self, batch: int, size: int, generators: Sequence[torch.Generator]
+    ) -> Batch:
+        """One batch per generator on a leading [K] axis; row k equals
+        ``sample_train_batch(..., generators[k])``."""
         self._check_size(size)
         _check_positive_int("batch", batch)
         if not generators:
-            raise ValueError("generators must hold at least one torch.Generator (one per seed)")
+            raise ValueError(
+                "generators must hold at least one torch.Generator (one per seed)"
+            )
         return self._draw(batch, size, generators)
 
 
 class NoiseSampler(PerSeedSampler):
-    """A sampler whose one random draw per seed is a noise tensor with the batch as its leading axis
-    (``draw_noise``); everything else is a function of that noise (``from_noise``).
+    """A sampler whose one random draw per seed is a noise tensor with the batch as its
+    leading axis (``draw_noise``); everything else is a function of that noise
+    (``from_noise``).
 
-    So a training loop can draw many steps' noise first, from each seed's generator in the order
-    the steps would, and turn it all into batches in one vectorised call (the fast path of
-    :func:`lengthgen_lite.core.training.train`): the same data, without per-step Python work.
+    So a training loop can draw many steps' noise first, from each seed's generator in
+    the order the steps would, and turn it all into batches in one vectorised call (the
+    fast path of :func:`lengthgen_lite.core.training.train`): the same data, without
+    per-step Python work.
     """
 
     def draw_noise(self, batch: int, size: int, generator: torch.Generator) -> Tensor:
@@ -164,19 +200,26 @@ class NoiseSampler(PerSeedSampler):
         raise NotImplementedError
 
     def from_noise(self, noise: Tensor, size: int) -> Batch:
-        """Batches from stacked noise [K, batch, ...]: inputs, targets and mask on the same [K, batch] axes."""
+        """Batches from stacked noise [K, batch, ...]: inputs, targets and mask on the
+        same [K, batch] axes."""
         raise NotImplementedError
 
-    def _draw(self, batch: int, size: int, generators: Sequence[torch.Generator]) -> Batch:
-        return self.from_noise(torch.stack([self.draw_noise(batch, size, g) for g in generators]), size)
+    def _draw(
+        self, batch: int, size: int, generators: Sequence[torch.Generator]
+    ) -> Batch:
+        return self.from_noise(
+            torch.stack([self.draw_noise(batch, size, g) for g in generators]), size
+        )
 
 
 @dataclass(frozen=True)
 class SetComplement(NoiseSampler):
-    """Set complement over ``v`` tokens, trained on every prefix length ``1..train_length``.
+    """Set complement over ``v`` tokens, trained on every prefix length
+    ``1..train_length``.
 
-    Only the random draws are made per seed; the sorting and the targets run once for all ``K``
-    seeds (chapter 5: the per-seed small ops were a large share of a batched training step).
+    Only the random draws are made per seed; the sorting and the targets run once for
+    all ``K`` seeds (chapter 5: the per-seed small ops were a large share of a batched
+    training step).
     """
 
     v: int
@@ -196,11 +239,16 @@ class SetComplement(NoiseSampler):
         return torch.rand(batch, self.v, generator=generator)  # [batch, v]
 
     def from_noise(self, noise: Tensor, size: int) -> Batch:
-        order = noise.argsort(dim=-1)  # [K, batch, v]: a random permutation per row, as in sample_sequences
+        # [K, batch, v]: a random permutation per row, as in sample_sequences
+        order = noise.argsort(dim=-1)
         tokens = order[..., :size]  # [K, batch, pos]
-        # target_distribution without its one-hot cumsum (a third of a fast training step): token i
-        # is unseen after position t iff its place in the permutation is beyond t. Equal bit for bit.
-        place = torch.empty_like(order).scatter_(-1, order, torch.arange(self.v).expand_as(order))
-        unseen = (place.unsqueeze(-2) > torch.arange(size).unsqueeze(-1)).float()  # [K, batch, pos, v]
+        # target_distribution without its one-hot cumsum (a third of a fast training
+        # step): token i is unseen after position t iff its place in the permutation is
+        # beyond t. Equal bit for bit.
+        place = torch.empty_like(order).scatter_(
+            -1, order, torch.arange(self.v).expand_as(order)
+        )
+        # [K, batch, pos, v]
+        unseen = (place.unsqueeze(-2) > torch.arange(size).unsqueeze(-1)).float()
         targets = unseen / (self.v - 1 - torch.arange(size)).float().unsqueeze(-1)
         return Batch(tokens, targets, torch.ones(tokens.shape, dtype=torch.bool))

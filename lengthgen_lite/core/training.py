@@ -1,32 +1,38 @@
 """The one training loop. Chapter 1 introduces it; chapter 5 explains the batching.
 
-``train`` always trains ``K = len(seeds)`` independent models as one computation: their parameters
-are stacked along a new leading axis and the forward pass is ``torch.func.vmap``-ed over it. The
-summed loss has per-model gradients equal to each model's own, and AdamW acts elementwise, so
-every seed gets the training it would get alone (up to float rounding). Batching pays Python and
-dispatch overhead once per step instead of K times; the arithmetic (mostly the d_model x d_model
-matmuls, already at full single-core speed for one seed) still grows with K. For chapter 5's model
-that gives about 2x over a Python loop at batch 128 and about 4-5x at batch 32
-(``benchmarks/batched_training.py``). Data are drawn per seed from the seed's own generator, then
-processed for all seeds at once (``Task.sample_train_batches`` when the task has it).
+``train`` always trains ``K = len(seeds)`` independent models as one computation: their
+parameters are stacked along a new leading axis and the forward pass is
+``torch.func.vmap``-ed over it. The summed loss has per-model gradients equal to each
+model's own, and AdamW acts elementwise, so every seed gets the training it would get
+alone (up to float rounding). Batching pays Python and dispatch overhead once per step
+instead of K times; the arithmetic (mostly the d_model x d_model matmuls, already at
+full single-core speed for one seed) still grows with K. For chapter 5's model that
+gives about 2x over a Python loop at batch 128 and about 4-5x at batch 32
+(``benchmarks/batched_training.py``). Data are drawn per seed from the seed's own
+generator, then processed for all seeds at once (``Task.sample_train_batches`` when the
+task has it).
 
-Weight averagers (EMA, BEMA; chapter 6) watch the stacked parameters after every step and never
-change the trajectory.
+Weight averagers (EMA, BEMA; chapter 6) watch the stacked parameters after every step
+and never change the trajectory.
 
-Two paths run the same loop (``TrainConfig.path``). The *reference* path draws each step's batch
-in Python and runs the step eagerly. The *fast* path (:func:`plan_path` says which parts apply):
+Two paths run the same loop (``TrainConfig.path``). The *reference* path draws each
+step's batch in Python and runs the step eagerly. The *fast* path (:func:`plan_path`
+says which parts apply):
 
-- draws the batches ``CHUNK`` steps at a time: each seed's generator makes exactly the draws the
-  reference path makes, in the same order (a step's noise, then its target tokens), and the rest is
-  one vectorised call per chunk (tasks that are a :class:`~lengthgen_lite.core.tasks.NoiseSampler`
-  with one training size), so every seed sees the same data;
-- computes the first layer's Q/K/V from v-row token tables (``Transformer.forward(tables=True)``:
-  no positions, so a position's input depends on its token alone);
+- draws the batches ``CHUNK`` steps at a time: each seed's generator makes exactly the
+  draws the reference path makes, in the same order (a step's noise, then its target
+  tokens), and the rest is one vectorised call per chunk (tasks that are a
+  :class:`~lengthgen_lite.core.tasks.NoiseSampler` with one training size), so every
+  seed sees the same data;
+- computes the first layer's Q/K/V from v-row token tables
+  (``Transformer.forward(tables=True)``: no positions, so a position's input depends on
+  its token alone);
 - compiles the step (``torch.compile``, inductor) where it pays back: at least
-  ``COMPILE_SEED_STEPS`` seed-steps (``benchmarks/speed.py --fast-path`` measures the break-even),
-  fixed shapes (one training size) and no dropout (compiled dropout draws other masks), with the
-  attention's tiny products as broadcast sums (``forward(broadcast=True)``) that it fuses. Its cache
-  goes to ``_build/inductor`` (``TORCHINDUCTOR_CACHE_DIR``), so re-executions compile once.
+  ``COMPILE_SEED_STEPS`` seed-steps (``benchmarks/speed.py --fast-path`` measures the
+  break-even), fixed shapes (one training size) and no dropout (compiled dropout draws
+  other masks), with the attention's tiny products as broadcast sums
+  (``forward(broadcast=True)``) that it fuses. Its cache goes to ``_build/inductor``
+  (``TORCHINDUCTOR_CACHE_DIR``), so re-executions compile once.
 
 Both paths give the same losses up to float rounding (``tests/test_core_training.py``).
 """
@@ -36,8 +42,9 @@ from __future__ import annotations
 import copy
 import os
 import pathlib
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Callable, Iterator, Literal, Mapping, Protocol, Sequence, get_args
+from typing import Literal, Protocol, get_args
 
 import numpy as np
 import torch
@@ -47,7 +54,14 @@ from tqdm.auto import tqdm
 
 from .model import ModelConfig, Transformer, init_model
 from .seeding import make_generator
-from .tasks import Batch, NoiseSampler, Task, pick_next_tokens, sample_next_tokens, token_noise
+from .tasks import (
+    Batch,
+    NoiseSampler,
+    Task,
+    pick_next_tokens,
+    sample_next_tokens,
+    token_noise,
+)
 from .validation import is_int
 
 TargetKind = Literal["soft", "sampled"]
@@ -55,7 +69,8 @@ Schedule = Literal["constant", "cosine"]
 TrainPath = Literal["auto", "fast", "compiled", "reference"]
 BAR_FORMAT = "{l_bar}{bar}| {n_fmt}/{total_fmt}"
 CHUNK = 50  # steps whose batches the fast path draws at once
-COMPILE_SEED_STEPS = 20_000  # auto compiles from this many seed-steps (steps x K); see the module docstring
+# auto compiles from this many seed-steps (steps x K); see the module docstring
+COMPILE_SEED_STEPS = 20_000
 INDUCTOR_CACHE = pathlib.Path(__file__).resolve().parents[2] / "_build" / "inductor"
 
 
@@ -67,12 +82,14 @@ class TrainConfig:
     warmup: int = 100  # linear warm-up steps
     schedule: Schedule = "constant"  # after warm-up
     weight_decay: float = 0.0  # AdamW, on matrices only (see _param_groups)
-    targets: TargetKind = "soft"  # "soft": the full p*; "sampled": one legal token drawn from p*
+    # "soft": the full p*; "sampled": one legal token drawn from p*
+    targets: TargetKind = "soft"
     size_seed: int = 0  # draws each step's input size, shared by all seeds
-    # "reference": the plain eager loop; "fast": chunked data and token tables where they apply;
-    # "compiled": fast plus torch.compile; "auto": fast, compiled above COMPILE_SEED_STEPS seed-steps.
-    # The default stays "reference" until the chapters are re-executed on "auto" (their stored outputs
-    # come from the reference path; the fast path moves low bits, see the speed page).
+    # "reference": the plain eager loop; "fast": chunked data and token tables where
+    # they apply; "compiled": fast plus torch.compile; "auto": fast, compiled above
+    # COMPILE_SEED_STEPS seed-steps. The default stays "reference" until the chapters
+    # are re-executed on "auto" (their stored outputs come from the reference path; the
+    # fast path moves low bits, see the speed page).
     path: TrainPath = "reference"
 
     def __post_init__(self) -> None:
@@ -81,17 +98,27 @@ class TrainConfig:
             if not is_int(value) or value < 1:
                 raise ValueError(f"{name} must be a positive int, got {value!r}")
         if not is_int(self.warmup) or not 0 <= self.warmup <= self.steps:
-            raise ValueError(f"warmup must be an int in 0..steps={self.steps}, got {self.warmup!r}")
+            raise ValueError(
+                f"warmup must be an int in 0..steps={self.steps}, got {self.warmup!r}"
+            )
         if not self.lr > 0:
             raise ValueError(f"lr must be positive, got {self.lr!r}")
         if self.weight_decay < 0:
             raise ValueError(f"weight_decay must be >= 0, got {self.weight_decay!r}")
-        for name, literal in (("targets", TargetKind), ("schedule", Schedule), ("path", TrainPath)):
+        for name, literal in (
+            ("targets", TargetKind),
+            ("schedule", Schedule),
+            ("path", TrainPath),
+        ):
             if getattr(self, name) not in get_args(literal):
-                raise ValueError(f"{name}={getattr(self, name)!r} is unknown; allowed: {get_args(literal)}")
+                raise ValueError(
+                    f"{name}={getattr(self, name)!r} is unknown; allowed: "
+                    f"{get_args(literal)}"
+                )
 
     def lr_factor(self, step: int) -> float:
-        """Multiplier of ``lr`` at ``step``: linear warm-up, then constant or cosine to zero."""
+        """Multiplier of ``lr`` at ``step``: linear warm-up, then constant or cosine to
+        zero."""
         if step < self.warmup:
             return (step + 1) / self.warmup
         if self.schedule == "constant":
@@ -104,14 +131,16 @@ StackedParams = dict[str, Tensor]  # name -> [K, *shape]
 
 
 class Averager(Protocol):
-    """Keeps an average of the stacked parameters; see :mod:`lengthgen_lite.core.averaging`."""
+    """Keeps an average of the stacked parameters; see
+    :mod:`lengthgen_lite.core.averaging`."""
 
     def update(self, params: StackedParams, step: int) -> None: ...
 
     def averaged(self) -> StackedParams: ...
 
 
-AveragerFactory = Callable[[StackedParams], Averager]  # called once with the initial parameters
+# called once with the initial parameters
+AveragerFactory = Callable[[StackedParams], Averager]
 
 
 @dataclass
@@ -123,13 +152,15 @@ class TrainResult:
 
 
 def training_loss(logits: Tensor, targets: Tensor, mask: Tensor) -> Tensor:
-    """Cross-entropy against target distributions, averaged over the masked positions (the loss :func:`train` minimises).
+    """Cross-entropy against target distributions, averaged over the masked positions
+    (the loss :func:`train` minimises).
 
     logits, targets: [batch, pos, n_outputs]; mask: [batch, pos] -> scalar.
     """
     if logits.shape != targets.shape or mask.shape != logits.shape[:-1]:
         raise ValueError(
-            f"logits {tuple(logits.shape)} and targets {tuple(targets.shape)} must match, "
+            f"logits {tuple(logits.shape)} and targets {tuple(targets.shape)} "
+            "must match, "
             f"and mask {tuple(mask.shape)} must be their leading [batch, pos]"
         )
     per_position = -(targets * logits.log_softmax(dim=-1)).sum(dim=-1)  # [batch, pos]
@@ -137,51 +168,81 @@ def training_loss(logits: Tensor, targets: Tensor, mask: Tensor) -> Tensor:
     return (per_position * mask).sum() / mask.sum()
 
 
-def _param_groups(template: nn.Module, params: StackedParams, weight_decay: float) -> list[dict]:
-    # nanoGPT's rule, judged on the unstacked shapes: matrices (incl. embeddings) decay; LN gains and
-    # biases don't, since shrinking them only changes scale, which a norm undoes anyway.
+def _param_groups(
+    template: nn.Module, params: StackedParams, weight_decay: float
+) -> list[dict]:
+    # nanoGPT's rule, judged on the unstacked shapes: matrices (incl. embeddings) decay;
+    # LN gains and biases don't, since shrinking them only changes scale, which a norm
+    # undoes anyway.
     dims = {name: p.dim() for name, p in template.named_parameters()}
     decay = [p for name, p in params.items() if dims[name] >= 2]
     no_decay = [p for name, p in params.items() if dims[name] < 2]
-    return [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+    return [
+        {"params": decay, "weight_decay": weight_decay},
+        {"params": no_decay, "weight_decay": 0.0},
+    ]
 
 
-def _unstack(template: nn.Module, params: StackedParams, buffers: StackedParams, k: int) -> nn.Module:
+def _unstack(
+    template: nn.Module, params: StackedParams, buffers: StackedParams, k: int
+) -> nn.Module:
     model = copy.deepcopy(template)
-    model.load_state_dict({name: t[k].detach().clone() for name, t in {**params, **buffers}.items()})
+    model.load_state_dict(
+        {name: t[k].detach().clone() for name, t in {**params, **buffers}.items()}
+    )
     return model.eval()
 
 
-def _sample_batches(task: Task, batch: int, size: int, generators: Sequence[torch.Generator]) -> Batch:
-    """One batch per seed, stacked [K, batch, ...]; vectorised when the task offers it (same draws)."""
+def _sample_batches(
+    task: Task, batch: int, size: int, generators: Sequence[torch.Generator]
+) -> Batch:
+    """One batch per seed, stacked [K, batch, ...]; vectorised when the task offers it
+    (same draws)."""
     if hasattr(task, "sample_train_batches"):
         return task.sample_train_batches(batch, size, generators)
     batches = [task.sample_train_batch(batch, size, g) for g in generators]
-    return Batch(*(torch.stack([getattr(b, name) for b in batches]) for name in ("inputs", "targets", "loss_mask")))
+    return Batch(
+        *(
+            torch.stack([getattr(b, name) for b in batches])
+            for name in ("inputs", "targets", "loss_mask")
+        )
+    )
 
 
 def _one_hot_targets(tokens: Tensor, n_outputs: int) -> Tensor:
     return nn.functional.one_hot(tokens, n_outputs).float()
 
 
-def _reference_batches(task: Task, cfg: TrainConfig, streams: Sequence[torch.Generator]) -> Iterator[Batch]:
+def _reference_batches(
+    task: Task, cfg: TrainConfig, streams: Sequence[torch.Generator]
+) -> Iterator[Batch]:
     """Each step's batch drawn when the step comes: [K, batch, ...]."""
     size_stream = make_generator(cfg.size_seed)
     sizes = list(task.train_sizes())
     for _ in range(cfg.steps):
         size = sizes[int(torch.randint(len(sizes), (1,), generator=size_stream))]
         data = _sample_batches(task, cfg.batch, size, streams)
-        if cfg.targets == "sampled":  # each seed draws from its own stream, then one one-hot for all
-            tokens = torch.stack([sample_next_tokens(t, g) for t, g in zip(data.targets, streams)])
-            data = Batch(data.inputs, _one_hot_targets(tokens, data.targets.shape[-1]), data.loss_mask)
+        # each seed draws from its own stream, then one one-hot for all
+        if cfg.targets == "sampled":
+            tokens = torch.stack(
+                [sample_next_tokens(t, g) for t, g in zip(data.targets, streams)]
+            )
+            data = Batch(
+                data.inputs,
+                _one_hot_targets(tokens, data.targets.shape[-1]),
+                data.loss_mask,
+            )
         yield data
 
 
-def _chunked_batches(task: NoiseSampler, cfg: TrainConfig, streams: Sequence[torch.Generator]) -> Iterator[Batch]:
+def _chunked_batches(
+    task: NoiseSampler, cfg: TrainConfig, streams: Sequence[torch.Generator]
+) -> Iterator[Batch]:
     """The same batches as :func:`_reference_batches`, ``CHUNK`` steps at a time.
 
-    Only the random draws run per seed and step, in the reference order (noise, then the target
-    tokens' noise); sorting, rules, targets and token picks run once per chunk for all seeds.
+    Only the random draws run per seed and step, in the reference order (noise, then the
+    target tokens' noise); sorting, rules, targets and token picks run once per chunk
+    for all seeds.
     """
     (size,) = task.train_sizes()
     K = len(streams)
@@ -193,48 +254,80 @@ def _chunked_batches(task: NoiseSampler, cfg: TrainConfig, streams: Sequence[tor
                 noise.append(task.draw_noise(cfg.batch, size, g))
                 if cfg.targets == "sampled":
                     picks.append(token_noise((cfg.batch, size, task.n_outputs), g))
-        data = task.from_noise(torch.stack(noise).view(K, n * cfg.batch, *noise[0].shape[1:]), size)
+        data = task.from_noise(
+            torch.stack(noise).view(K, n * cfg.batch, *noise[0].shape[1:]), size
+        )
         targets = data.targets  # [K, n * batch, pos, n_outputs]
         if cfg.targets == "sampled":
-            targets = _one_hot_targets(pick_next_tokens(targets, torch.stack(picks).view(targets.shape)), task.n_outputs)
+            targets = _one_hot_targets(
+                pick_next_tokens(targets, torch.stack(picks).view(targets.shape)),
+                task.n_outputs,
+            )
 
-        def steps_first(t: Tensor) -> Tensor:  # [K, n * batch, ...] -> [n, K, batch, ...]
-            return t.view(K, n, cfg.batch, *t.shape[2:]).transpose(0, 1).contiguous()
+        # [K, n * batch, ...] -> [n, K, batch, ...]
+        def steps_first(t: Tensor) -> Tensor:
+            # called below, in this iteration: n is this chunk's
+            return t.view(K, n, cfg.batch, *t.shape[2:]).transpose(0, 1).contiguous()  # noqa: B023
 
-        yield from (Batch(*step) for step in zip(*map(steps_first, (data.inputs, targets, data.loss_mask))))
+        yield from (
+            Batch(*step)
+            for step in zip(*map(steps_first, (data.inputs, targets, data.loss_mask)))
+        )
 
 
 @dataclass(frozen=True)
 class PathPlan:
-    """Which parts of the fast path a training uses; every part off is the reference path."""
+    """Which parts of the fast path a training uses; every part off is the reference
+    path."""
 
-    chunked_data: bool  # batches drawn CHUNK steps at a time (NoiseSampler, one training size)
-    fast_model: bool  # Transformer's fast forward (broadcast attention products when compiled)
-    token_tables: bool  # ... with the first layer's Q/K/V from v-row tables (no positions)
+    # batches drawn CHUNK steps at a time (NoiseSampler, one training size)
+    chunked_data: bool
+    # Transformer's fast forward (broadcast attention products when compiled)
+    fast_model: bool
+    # ... with the first layer's Q/K/V from v-row tables (no positions)
+    token_tables: bool
     compiled: bool  # the step compiled with torch.compile
 
     @property
     def label(self) -> str:
-        parts = [name for name in ("chunked_data", "fast_model", "token_tables", "compiled") if getattr(self, name)]
+        parts = [
+            name
+            for name in ("chunked_data", "fast_model", "token_tables", "compiled")
+            if getattr(self, name)
+        ]
         return " + ".join(parts) if parts else "reference"
 
 
-def plan_path(model_cfg: ModelConfig, task: Task, cfg: TrainConfig, n_seeds: int,
-              model_class: Callable[[ModelConfig], nn.Module] = Transformer) -> PathPlan:
-    """The parts of the fast path that apply to this training (see the module docstring)."""
+def plan_path(
+    model_cfg: ModelConfig,
+    task: Task,
+    cfg: TrainConfig,
+    n_seeds: int,
+    model_class: Callable[[ModelConfig], nn.Module] = Transformer,
+) -> PathPlan:
+    """The parts of the fast path that apply to this training (see the module
+    docstring)."""
     if cfg.path == "reference":
         return PathPlan(False, False, False, False)
     chunked = isinstance(task, NoiseSampler) and len(task.train_sizes()) == 1
-    fast_model = model_class is Transformer  # a subclass may have its own forward (ch. 4's retrieval model)
+    # a subclass may have its own forward (ch. 4's retrieval model)
+    fast_model = model_class is Transformer
     tables = fast_model and model_cfg.positional == "none"
-    fixed_shapes, dropout = len(task.train_sizes()) == 1, model_cfg.attn_dropout > 0 or model_cfg.resid_dropout > 0
+    fixed_shapes, dropout = (
+        len(task.train_sizes()) == 1,
+        model_cfg.attn_dropout > 0 or model_cfg.resid_dropout > 0,
+    )
     if cfg.path == "compiled" and (dropout or not fixed_shapes):
         raise ValueError(
-            f"path='compiled' needs one training size and no dropout (compiled dropout draws other masks), "
-            f"got sizes {tuple(task.train_sizes())}, attn_dropout={model_cfg.attn_dropout}, "
+            "path='compiled' needs one training size and no dropout "
+            "(compiled dropout draws other masks), "
+            f"got sizes {tuple(task.train_sizes())}, "
+            f"attn_dropout={model_cfg.attn_dropout}, "
             f"resid_dropout={model_cfg.resid_dropout}; use path='fast' or 'auto'"
         )
-    pays = cfg.path == "compiled" or (cfg.path == "auto" and cfg.steps * n_seeds >= COMPILE_SEED_STEPS)
+    pays = cfg.path == "compiled" or (
+        cfg.path == "auto" and cfg.steps * n_seeds >= COMPILE_SEED_STEPS
+    )
     return PathPlan(chunked, fast_model, tables, pays and fixed_shapes and not dropout)
 
 
@@ -249,41 +342,65 @@ def train(
     progress: bool = True,
     desc: str = "training",
 ) -> TrainResult:
-    """Train one ``model_class(model_cfg)`` per seed on ``task``, all seeds batched together.
+    """Train one ``model_class(model_cfg)`` per seed on ``task``, all seeds batched
+    together.
 
-    Seed ``k`` sets both the initial weights (:func:`~lengthgen_lite.core.model.init_model`) and
-    that model's own stream of training data (``make_generator(2 * k + 1)``).
+    Seed ``k`` sets both the initial weights
+    (:func:`~lengthgen_lite.core.model.init_model`) and that model's own stream of
+    training data (``make_generator(2 * k + 1)``).
     """
     seeds = list(seeds)
     if not seeds or len(set(seeds)) != len(seeds):
-        raise ValueError(f"seeds must be a non-empty list of distinct ints, got {seeds!r}")
-    models = [init_model(model_cfg, seed, model_class) for seed in seeds]  # seeds 2 * seed
+        raise ValueError(
+            f"seeds must be a non-empty list of distinct ints, got {seeds!r}"
+        )
+    # seeds 2 * seed
+    models = [init_model(model_cfg, seed, model_class) for seed in seeds]
     data_streams = [make_generator(2 * seed + 1) for seed in seeds]
     plan = plan_path(model_cfg, task, cfg, len(seeds), model_class)
 
     params, buffers = stack_module_state(models)  # name -> [K, *shape]
     template = copy.deepcopy(models[0])
     base = copy.deepcopy(models[0]).to("meta").train()
-    forward_kwargs = {"tables": plan.token_tables, "broadcast": plan.compiled} if plan.fast_model else {}
+    forward_kwargs = (
+        {"tables": plan.token_tables, "broadcast": plan.compiled}
+        if plan.fast_model
+        else {}
+    )
 
-    def loss_one(p: StackedParams, b: StackedParams, inputs: Tensor, targets: Tensor, mask: Tensor) -> Tensor:
-        return training_loss(functional_call(base, (p, b), (inputs,), forward_kwargs), targets, mask)
+    def loss_one(
+        p: StackedParams,
+        b: StackedParams,
+        inputs: Tensor,
+        targets: Tensor,
+        mask: Tensor,
+    ) -> Tensor:
+        return training_loss(
+            functional_call(base, (p, b), (inputs,), forward_kwargs), targets, mask
+        )
 
     batched_loss = vmap(loss_one, randomness="different")
-    # A tensor lr: the compiled step reads it, so the schedule changes it without a recompile.
+    # A tensor lr: the compiled step reads it, so the schedule changes it without a
+    # recompile.
     lr = torch.tensor(cfg.lr) if plan.compiled else cfg.lr
-    optimizer = torch.optim.AdamW(_param_groups(template, params, cfg.weight_decay), lr=lr)
+    optimizer = torch.optim.AdamW(
+        _param_groups(template, params, cfg.weight_decay), lr=lr
+    )
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, cfg.lr_factor)
     watchers = {name: make(params) for name, make in (averagers or {}).items()}
     losses = np.zeros((cfg.steps, len(seeds)), dtype=np.float32)
 
     def summed_loss(p: StackedParams, data: Batch) -> tuple[Tensor, Tensor]:
-        loss = batched_loss(p, buffers, data.inputs, data.targets, data.loss_mask.float())  # [K]
+        # [K]
+        loss = batched_loss(
+            p, buffers, data.inputs, data.targets, data.loss_mask.float()
+        )
         return loss.sum(), loss.detach()
 
     def step_fn(data: Batch) -> Tensor:
-        # Gradients by torch.func rather than .backward(): the same numbers eagerly (bit for bit), and
-        # torch.compile traces forward and backward as one graph (it stops at a .backward() call).
+        # Gradients by torch.func rather than .backward(): the same numbers eagerly (bit
+        # for bit), and torch.compile traces forward and backward as one graph (it stops
+        # at a .backward() call).
         grads, (_, loss) = grad_and_value(summed_loss, has_aux=True)(params, data)
         for name, p in params.items():
             p.grad = grads[name]
@@ -292,14 +409,26 @@ def train(
 
     if plan.compiled:
         os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(INDUCTOR_CACHE))
-        # Every training compiles its own step (its own parameters); without a reset, dynamo's limit
-        # of 8 compilations per function would silently run the ninth training eagerly.
+        # Every training compiles its own step (its own parameters); without a reset,
+        # dynamo's limit of 8 compilations per function would silently run the ninth
+        # training eagerly.
         torch._dynamo.reset()
         step_fn = torch.compile(step_fn, dynamic=False)
-    batches = _chunked_batches(task, cfg, data_streams) if plan.chunked_data else _reference_batches(task, cfg, data_streams)
+    batches = (
+        _chunked_batches(task, cfg, data_streams)
+        if plan.chunked_data
+        else _reference_batches(task, cfg, data_streams)
+    )
 
-    # No elapsed time or rate in the bar: stored notebook outputs must not change between runs.
-    bar = tqdm(range(cfg.steps), desc=desc, disable=not progress, mininterval=1.0, bar_format=BAR_FORMAT)
+    # No elapsed time or rate in the bar: stored notebook outputs must not change
+    # between runs.
+    bar = tqdm(
+        range(cfg.steps),
+        desc=desc,
+        disable=not progress,
+        mininterval=1.0,
+        bar_format=BAR_FORMAT,
+    )
     for step, data in zip(bar, batches):
         losses[step] = step_fn(data).numpy()
         scheduler.step()
@@ -309,7 +438,10 @@ def train(
 
     final = [_unstack(template, params, buffers, k) for k in range(len(seeds))]
     averaged = {
-        name: [_unstack(template, watcher.averaged(), buffers, k) for k in range(len(seeds))]
+        name: [
+            _unstack(template, watcher.averaged(), buffers, k)
+            for k in range(len(seeds))
+        ]
         for name, watcher in watchers.items()
     }
     return TrainResult(models=final, averaged=averaged, loss=losses, seeds=seeds)

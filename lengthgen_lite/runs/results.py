@@ -1,31 +1,36 @@
-"""The one results table: a row per (configuration, variant, seed, logit scale), metrics per length.
+"""The one results table: a row per (configuration, variant, seed, logit scale), metrics
+per length.
 
-Every experiment, whatever its task, returns a :class:`Results`: the spec, its configurations,
-and rows ``{"config": i, "variant": "raw" | "ema" | ..., "seed": k, "scale": c, "s": [...],
-metric: [...]}`` whose metric lists run over the evaluated lengths ``s``. One selector reads it:
+Every experiment, whatever its task, returns a :class:`Results`: the spec, its
+configurations, and rows ``{"config": i, "variant": "raw" | "ema" | ..., "seed": k,
+"scale": c, "s": [...], metric: [...]}`` whose metric lists run over the evaluated
+lengths ``s``. One selector reads it:
 
-- :meth:`Results.curves` -> per-length values, ``[seeds, lengths]`` (``[configs, seeds, lengths]``
-  when several configurations match);
-- :meth:`Results.values` -> one number per seed, ``[seeds]`` (or ``[configs, seeds]``): a metric
-  averaged over the training lengths (``"tv_train"``), the lengths beyond (``"tv_beyond"``), or
-  read at the first or longest length (``"logit_gap_first"``, ``"tv_longest"``).
+- :meth:`Results.curves` -> per-length values, ``[seeds, lengths]`` (``[configs, seeds,
+  lengths]`` when several configurations match);
+- :meth:`Results.values` -> one number per seed, ``[seeds]`` (or ``[configs, seeds]``):
+  a metric averaged over the training lengths (``"tv_train"``), the lengths beyond
+  (``"tv_beyond"``), or read at the first or longest length (``"logit_gap_first"``,
+  ``"tv_longest"``).
 
-``where`` matches any :class:`~lengthgen_lite.runs.spec.Config` field (``norm="post"``) and the
-row keys ``variant`` (default "raw"), ``seed`` and ``scale`` (default 1.0). Rows are saved as
-JSON with their provenance (git commit and whether the tree was clean, versions, CPU, threads,
-wall time, command); the trained models stay in memory only (:meth:`Results.trained`).
+``where`` matches any :class:`~lengthgen_lite.runs.spec.Config` field (``norm="post"``)
+and the row keys ``variant`` (default "raw"), ``seed`` and ``scale`` (default 1.0). Rows
+are saved as JSON with their provenance (git commit and whether the tree was clean,
+versions, CPU, threads, wall time, command); the trained models stay in memory only
+(:meth:`Results.trained`).
 """
 
 from __future__ import annotations
 
 import json
-from importlib import metadata
 import pathlib
 import platform
 import subprocess
 import sys
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from importlib import metadata
+from typing import Any
 
 import numpy as np
 
@@ -82,7 +87,8 @@ def _package_version() -> str:
 
 
 def provenance(wall_seconds: float, command: str | None = None) -> dict[str, Any]:
-    """Where a results file came from: code, library versions, machine and the command."""
+    """Where a results file came from: code, library versions, machine and the
+    command."""
     import torch
 
     status = _git("status", "--porcelain")
@@ -102,7 +108,8 @@ def provenance(wall_seconds: float, command: str | None = None) -> dict[str, Any
 
 @dataclass
 class Results:
-    """Rows of one experiment, its spec and provenance; ``trained`` (in memory) per configuration."""
+    """Rows of one experiment, its spec and provenance; ``trained`` (in memory) per
+    configuration."""
 
     spec: Spec
     rows: list[dict[str, Any]]
@@ -115,9 +122,10 @@ class Results:
             i: c.setup().train_length for i, c in enumerate(self.configs)
         }
 
-    # --- selecting -----------------------------------------------------------------------------
+    # --- selecting --------------------------------------------------------------------
     def select(self, **where: Any) -> list[dict[str, Any]]:
-        """The rows matching ``where`` (config fields and row keys; no defaults applied)."""
+        """The rows matching ``where`` (config fields and row keys; no defaults
+        applied)."""
         config_where = {k: v for k, v in where.items() if k in CONFIG_FIELDS}
         row_where = {k: v for k, v in where.items() if k in ROW_KEYS}
         if unknown := set(where) - set(config_where) - set(row_where):
@@ -147,7 +155,8 @@ class Results:
             seeds = [r["seed"] for r in group]
             if len(set(seeds)) != len(seeds):
                 raise ValueError(
-                    f"{where!r} matches a configuration twice per seed; pin variant and scale"
+                    f"{where!r} matches a configuration twice per seed; pin "
+                    "variant and scale"
                 )
             out.append(sorted(group, key=lambda r: r["seed"]))
         if len({len(g) for g in out}) != 1:
@@ -155,23 +164,27 @@ class Results:
         return out
 
     def curves(self, metric: str, **where: Any) -> np.ndarray:
-        """``metric`` at every evaluated length: [seeds, lengths], or [configs, seeds, lengths]."""
+        """``metric`` at every evaluated length: [seeds, lengths], or [configs, seeds,
+        lengths]."""
         groups = self._grouped(**where)
         self._check_metric(metric)
         out = np.array([[r[metric] for r in g] for g in groups], dtype=float)
         return out[0] if len(groups) == 1 else out
 
     def values(self, metric: str, **where: Any) -> np.ndarray:
-        """One number per seed: [seeds], or [configs, seeds] when several configurations match.
+        """One number per seed: [seeds], or [configs, seeds] when several configurations
+        match.
 
-        ``metric`` is a per-length metric with a suffix: ``_train`` (mean over the training
-        lengths), ``_beyond`` (mean over the longer ones), ``_first`` or ``_longest`` (one length).
-        Means skip nan (a length where a metric has no position).
+        ``metric`` is a per-length metric with a suffix: ``_train`` (mean over the
+        training lengths), ``_beyond`` (mean over the longer ones), ``_first`` or
+        ``_longest`` (one length). Means skip nan (a length where a metric has no
+        position).
         """
         base, _, part = metric.rpartition("_")
         if part not in RANGES or not base:
             raise ValueError(
-                f"metric {metric!r} needs a suffix; allowed: {tuple('_' + r for r in RANGES)}"
+                f"metric {metric!r} needs a suffix; allowed: "
+                f"{tuple('_' + r for r in RANGES)}"
             )
         groups = self._grouped(**where)
         self._check_metric(base)
@@ -195,7 +208,8 @@ class Results:
         return np.asarray(self._grouped(**where)[0][0]["s"])
 
     def result(self, **where: Any) -> TrainResult:
-        """The trained models of the one configuration matching ``where`` (in memory only)."""
+        """The trained models of the one configuration matching ``where`` (in memory
+        only)."""
         configs = sorted({r["config"] for r in self.select(**where)})
         if len(configs) != 1:
             raise ValueError(
@@ -208,9 +222,9 @@ class Results:
     def summary(
         self, metrics: Sequence[str], keys: Sequence[str] | None = None, **where: Any
     ) -> list[dict[str, Any]]:
-        """Tidy rows, one per (configuration, variant, seed) in table order: config fields
-        (``keys``; default task, norm, targets and the varying ones), ``variant``, ``seed`` and
-        one number per metric (see :meth:`values`)."""
+        """Tidy rows, one per (configuration, variant, seed) in table order: config
+        fields (``keys``; default task, norm, targets and the varying ones),
+        ``variant``, ``seed`` and one number per metric (see :meth:`values`)."""
         if keys is None:
             keys = tuple(
                 dict.fromkeys(("task", "norm", "targets", *self.spec.varying()))
@@ -235,7 +249,8 @@ class Results:
         return rows
 
     def seeds_of(self, **where: Any) -> list[int]:
-        """The seeds of the one configuration matching ``where``, in the order of :meth:`values`."""
+        """The seeds of the one configuration matching ``where``, in the order of
+        :meth:`values`."""
         return [r["seed"] for r in self._grouped(**where)[0]]
 
     def _check_metric(self, metric: str) -> None:
@@ -260,9 +275,10 @@ class Results:
     def seeds(self) -> list[int]:
         return sorted({r["seed"] for r in self.rows})
 
-    # --- saving and loading --------------------------------------------------------------------
+    # --- saving and loading -----------------------------------------------------------
     def save(self, path: str | pathlib.Path) -> pathlib.Path:
-        """Write ``{"spec", "provenance", "rows"}`` as JSON (floats round-trip exactly)."""
+        """Write ``{"spec", "provenance", "rows"}`` as JSON (floats round-trip
+        exactly)."""
         path = pathlib.Path(path)
         data = {
             "spec": self.spec.to_dict(),
@@ -274,11 +290,13 @@ class Results:
 
     @classmethod
     def load(cls, path: str | pathlib.Path) -> Results:
-        """Read a file written by :meth:`save`; the spec and the provenance fields are checked."""
+        """Read a file written by :meth:`save`; the spec and the provenance fields are
+        checked."""
         data = json.loads(pathlib.Path(path).read_text())
         if not isinstance(data, dict) or set(data) != {"spec", "provenance", "rows"}:
             raise ValueError(
-                f"results file {str(path)!r} must hold exactly 'spec', 'provenance', 'rows'"
+                f"results file {str(path)!r} must hold exactly 'spec', "
+                "'provenance', 'rows'"
             )
         if missing := set(PROVENANCE_KEYS) - set(data["provenance"]):
             raise ValueError(

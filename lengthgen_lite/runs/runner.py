@@ -1,20 +1,23 @@
-"""The one runner: ``run(spec)`` trains every configuration of a spec and scores it per length.
+"""The one runner: ``run(spec)`` trains every configuration of a spec and scores it per
+length.
 
-Each configuration's seeds train as one batched :func:`~lengthgen_lite.core.training.train` call,
-with the spec's averagers (EMA, BEMA) riding along; the raw and the averaged weights are then
-scored at every length on one fixed test set per task, so seeds differ only in their weights.
+Each configuration's seeds train as one batched
+:func:`~lengthgen_lite.core.training.train` call, with the spec's averagers (EMA, BEMA)
+riding along; the raw and the averaged weights are then scored at every length on one
+fixed test set per task, so seeds differ only in their weights.
 
 How a task is scored is plugged in by its kind, not by a separate runner:
 
-- ``"set_complement"``: :func:`~lengthgen_lite.core.evaluation.evaluate_set_complement` at every
-  logit scale of the spec (built in);
-- ``"sequence"`` (the game and the languages): a function ``(models, batch) -> curves`` that a
-  chapter registers with :func:`register_evaluation` (chapter 7's ``evaluate_lengths``, until the
-  one per-length evaluation moves into the core); ``curves`` has ``s`` and per-length fields.
+- ``"set_complement"``: :func:`~lengthgen_lite.core.evaluation.evaluate_set_complement`
+  at every logit scale of the spec (built in);
+- ``"sequence"`` (the game and the languages): a function ``(models, batch) -> curves``
+  that a chapter registers with :func:`register_evaluation` (chapter 7's
+  ``evaluate_lengths``, until the one per-length evaluation moves into the core);
+  ``curves`` has ``s`` and per-length fields.
 
-``backend="ray"`` sends each configuration (or group of seeds) to a Ray task with one torch
-thread (``RAY_ENV``); a seed's result does not depend on the backend. Ray is an optional extra,
-imported only when asked for.
+``backend="ray"`` sends each configuration (or group of seeds) to a Ray task with one
+torch thread (``RAY_ENV``); a seed's result does not depend on the backend. Ray is an
+optional extra, imported only when asked for.
 """
 
 from __future__ import annotations
@@ -22,13 +25,14 @@ from __future__ import annotations
 import dataclasses
 import importlib
 import time
-from typing import Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import numpy as np
 from torch import nn
 
-from ..core.evaluation import evaluate_seeds, stack_metric
 from ..core.evaluation import METRICS as SET_COMPLEMENT_METRICS
+from ..core.evaluation import evaluate_seeds, stack_metric
 from ..core.seeding import make_generator
 from ..core.training import TrainResult, train
 from ..core.validation import require_choice, require_int
@@ -104,7 +108,8 @@ def _sequence(variants: dict[str, list[nn.Module]], config: Config, spec: Spec) 
 def run_configuration(
     spec: Spec, index: int, seeds: Sequence[int] | None = None, progress: bool = True
 ) -> tuple[list[dict[str, Any]], TrainResult]:
-    """Train configuration ``index`` of ``spec`` on ``seeds`` (default: the spec's) and score it."""
+    """Train configuration ``index`` of ``spec`` on ``seeds`` (default: the spec's) and
+    score it."""
     config = spec.configurations()[index]
     seeds = list(spec.seeds if seeds is None else seeds)
     setup = config.setup()
@@ -137,7 +142,8 @@ def run_configuration(
 def _run_unit(
     data: dict, index: int, seeds: list[int], progress: bool, modules: list[str]
 ) -> list:
-    """What one Ray task runs: plain data in and out (the chapters that registered evaluations)."""
+    """What one Ray task runs: plain data in and out (the chapters that registered
+    evaluations)."""
     for module in modules:
         importlib.import_module(module)
     return run_configuration(Spec.from_dict(data), index, seeds, progress)[0]
@@ -167,13 +173,15 @@ def check_run_options(
             require_int(name, options[name], 1)
     if ray_address is not None and ray_num_cpus is not None:
         raise ValueError(
-            "ray_num_cpus must be None when ray_address is given (the cluster has its own CPUs)"
+            "ray_num_cpus must be None when ray_address is given (the cluster "
+            "has its own CPUs)"
         )
     if ray_address is not None and (
         not isinstance(ray_address, str) or not ray_address
     ):
         raise ValueError(
-            f"ray_address={ray_address!r} is invalid; allowed: None or an address such as 'auto'"
+            f"ray_address={ray_address!r} is invalid; allowed: None or an "
+            "address such as 'auto'"
         )
 
 
@@ -184,7 +192,8 @@ def _ray_rows(
         import ray
     except ImportError:
         raise ImportError(
-            "backend='ray' needs Ray, an optional extra: pip install 'lengthgen_lite[ray]'"
+            "backend='ray' needs Ray, an optional extra: pip install "
+            "'lengthgen_lite[ray]'"
         ) from None
     started = not ray.is_initialized()
     if started:
@@ -219,9 +228,10 @@ def run(
     """Train and score every configuration of ``spec``; rows in configuration order.
 
     ``backend="local"`` trains in this process and keeps the trained models
-    (``Results.result(...)``). ``backend="ray"`` runs each configuration as a Ray task (split
-    into groups of ``seeds_per_task`` seeds if given) on the cluster at ``ray_address`` or on a
-    local one of ``ray_num_cpus`` CPUs started here; only the rows come back.
+    (``Results.result(...)``). ``backend="ray"`` runs each configuration as a Ray task
+    (split into groups of ``seeds_per_task`` seeds if given) on the cluster at
+    ``ray_address`` or on a local one of ``ray_num_cpus`` CPUs started here; only the
+    rows come back.
     """
     if not isinstance(spec, Spec):
         raise ValueError(

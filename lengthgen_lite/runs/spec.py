@@ -1,16 +1,19 @@
-"""Experiment specs as data: what a chapter trains, validated before any training starts.
+"""Experiment specs as data: what a chapter trains, validated before any training
+starts.
 
-A :class:`Config` is one configuration: one batched :func:`~lengthgen_lite.core.training.train`
-call (task, model, training). A :class:`Spec` is a named experiment (``"ch5/placements"``):
-its configurations, given as a grid (every combination of some fields over a base) and/or as
-a list, the seeds trained together, the averagers riding along, and what is evaluated (the
-logit scales, the test sequences). Every field is checked when the object is built; an unknown
-field name or a bad value is a ``ValueError`` naming the field and what is allowed.
+A :class:`Config` is one configuration: one batched
+:func:`~lengthgen_lite.core.training.train` call (task, model, training). A
+:class:`Spec` is a named experiment (``"ch5/placements"``): its configurations, given as
+a grid (every combination of some fields over a base) and/or as a list, the seeds
+trained together, the averagers riding along, and what is evaluated (the logit scales,
+the test sequences). Every field is checked when the object is built; an unknown field
+name or a bad value is a ``ValueError`` naming the field and what is allowed.
 
-``Spec.with_overrides(seeds=..., steps=...)`` gives the bigger (or smaller) rerun of the same
-experiment; ``Spec.to_dict``/``from_dict`` round-trip it through JSON (``lengthgen-lite show``).
-``Spec.scale`` names the budget: ``"live"`` is what a notebook trains; ``"reference"`` is kept
-for the converged sweep of issue 19 (declared, not built here).
+``Spec.with_overrides(seeds=..., steps=...)`` gives the bigger (or smaller) rerun of the
+same experiment; ``Spec.to_dict``/``from_dict`` round-trip it through JSON
+(``lengthgen-lite show``). ``Spec.scale`` names the budget: ``"live"`` is what a
+notebook trains; ``"reference"`` is kept for the converged sweep of issue 19 (declared,
+not built here).
 """
 
 from __future__ import annotations
@@ -18,8 +21,9 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import json
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Sequence, get_args
+from typing import Any, get_args
 
 from ..core.averaging import make_bema, make_ema
 from ..core.games import TicTacToe
@@ -63,7 +67,8 @@ def _field_names(kind: type) -> tuple[str, ...]:
 
 @dataclass(frozen=True)
 class Setup:
-    """What a configuration's task is, built: the task, its length split and its sizes."""
+    """What a configuration's task is, built: the task, its length split and its
+    sizes."""
 
     task: Any  # SetComplement | TicTacToe | Language (the core.tasks.Task protocol)
     train_length: int  # trains on lengths 1..train_length
@@ -74,11 +79,13 @@ class Setup:
 
 @dataclass(frozen=True)
 class Config:
-    """One configuration: the task, the model and the training of one batched ``train`` call.
+    """One configuration: the task, the model and the training of one batched ``train``
+    call.
 
-    Task fields: ``v`` is set complement's vocabulary, ``board`` and ``in_a_row`` the game's;
-    ``train_length`` and ``test_length`` None take the task's own (set complement: 4 and v - 1;
-    the game: 8 moves and the full board; a language: 16 and 48 symbols).
+    Task fields: ``v`` is set complement's vocabulary, ``board`` and ``in_a_row`` the
+    game's; ``train_length`` and ``test_length`` None take the task's own (set
+    complement: 4 and v - 1; the game: 8 moves and the full board; a language: 16 and 48
+    symbols).
     """
 
     task: str = "set_complement"
@@ -185,7 +192,8 @@ class Config:
         )
 
     def label(self, keys: Sequence[str] | None = None) -> str:
-        """``task, norm=post, soft`` plus the fields in ``keys`` (a spec's varying ones)."""
+        """``task, norm=post, soft`` plus the fields in ``keys`` (a spec's varying
+        ones)."""
         extra = [k for k in (keys or ()) if k not in ("task", "norm", "targets")]
         parts = [self.task, f"norm={self.norm}", self.targets]
         return ", ".join(parts + [f"{k}={getattr(self, k)!r}" for k in extra])
@@ -206,14 +214,16 @@ def _config(path: str, values: Mapping[str, Any]) -> Config:
 
 @dataclass(frozen=True)
 class Spec:
-    """A named experiment: configurations (``grid`` over ``base``, then ``configs``), seeds, averagers.
+    """A named experiment: configurations (``grid`` over ``base``, then ``configs``),
+    seeds, averagers.
 
-    ``grid`` maps a :class:`Config` field to the values it takes; every combination (in the
-    grid's order, the last field varying fastest) is one configuration. ``configs`` lists more
-    configurations (each a mapping of fields over ``base``). ``steps`` None keeps each
-    configuration's own; an int overrides them all. ``averagers`` maps "ema"/"bema" to the
-    factory's options (``{"ema": {"beta": 0.99}}``). ``scales`` are the logit scales evaluated
-    (1.0 is the model as trained). ``n_test`` and ``eval_seed`` fix the test sequences.
+    ``grid`` maps a :class:`Config` field to the values it takes; every combination (in
+    the grid's order, the last field varying fastest) is one configuration. ``configs``
+    lists more configurations (each a mapping of fields over ``base``). ``steps`` None
+    keeps each configuration's own; an int overrides them all. ``averagers`` maps
+    "ema"/"bema" to the factory's options (``{"ema": {"beta": 0.99}}``). ``scales`` are
+    the logit scales evaluated (1.0 is the model as trained). ``n_test`` and
+    ``eval_seed`` fix the test sequences.
     """
 
     name: str
@@ -272,9 +282,10 @@ class Spec:
                 "configs", self.configs, "at least one configuration (a grid or a list)"
             )
 
-    # --- the configurations ------------------------------------------------------------------
+    # --- the configurations -----------------------------------------------------------
     def configurations(self) -> list[Config]:
-        """Every configuration, in order: the grid's combinations, then the listed ones."""
+        """Every configuration, in order: the grid's combinations, then the listed
+        ones."""
         listed = [dict(c) for c in self.configs]
         keys = list(self.grid)
         combos = [
@@ -292,7 +303,8 @@ class Spec:
         return out
 
     def varying(self) -> tuple[str, ...]:
-        """The config fields that differ between configurations (a results table's key columns)."""
+        """The config fields that differ between configurations (a results table's key
+        columns)."""
         configs = self.configurations()
         return tuple(
             k for k in CONFIG_FIELDS if len({getattr(c, k) for c in configs}) > 1
@@ -309,9 +321,10 @@ class Spec:
                 ) from None
         return out
 
-    # --- variants, reading and writing ----------------------------------------------------------
+    # --- variants, reading and writing ------------------------------------------------
     def with_overrides(self, **changes: Any) -> Spec:
-        """A copy with fields replaced (``seeds=range(20)``, ``steps=5000``), validated again.
+        """A copy with fields replaced (``seeds=range(20)``, ``steps=5000``), validated
+        again.
 
         ``seeds`` may be a count (seeds 0..N-1) or a list.
         """

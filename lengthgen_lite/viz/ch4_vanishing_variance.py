@@ -1,7 +1,8 @@
-"""Chapter 4's figures: quantities against the set size N, and the slider of one output component.
+"""Chapter 4's figures: quantities against the set size N, and the slider of one output
+component.
 
-Every function takes precomputed arrays and draws; none trains or measures. Curves are [len(N)]
-or [K, len(N)] (one row per seed: the mean is drawn with a min-max band).
+Every function takes precomputed arrays and draws; none trains or measures. Curves are
+[len(N)] or [K, len(N)] (one row per seed: the mean is drawn with a min-max band).
 """
 
 from __future__ import annotations
@@ -34,7 +35,8 @@ def plot_loglog_std(
     xlabel: str = N_LABEL,
     ax: Axes | None = None,
 ) -> Axes:
-    """Std (or any positive quantity) against N on log-log axes; each legend entry shows its fitted slope.
+    """Std (or any positive quantity) against N on log-log axes; each legend entry shows
+    its fitted slope.
 
     ``reference`` adds the law N^(-1/2), anchored at the first curve's first point.
     """
@@ -47,10 +49,27 @@ def plot_loglog_std(
         color = (colors or {}).get(label, PALETTE[i % len(PALETTE)])
         style = (linestyles or {}).get(label, "-")
         slope = loglog_slope(N, y)
-        ax.plot(N, y, marker="o", markersize=4, linestyle=style, color=color, label=f"{label} (slope {slope:.2f})")
+        ax.plot(
+            N,
+            y,
+            marker="o",
+            markersize=4,
+            linestyle=style,
+            color=color,
+            label=f"{label} (slope {slope:.2f})",
+        )
     if reference:
-        first = as_seed_array(next(iter(curves.values())), len(N), "first", "N").mean(0)[0]
-        ax.plot(N, first * (N / N[0]) ** -0.5, linestyle=":", color="0.2", linewidth=1.2, label=r"law $\propto N^{-1/2}$")
+        first = as_seed_array(next(iter(curves.values())), len(N), "first", "N").mean(
+            0
+        )[0]
+        ax.plot(
+            N,
+            first * (N / N[0]) ** -0.5,
+            linestyle=":",
+            color="0.2",
+            linewidth=1.2,
+            label=r"law $\propto N^{-1/2}$",
+        )
     ax.set_xscale("log", base=2)
     ax.set_yscale("log")
     ax.set(xlabel=xlabel, ylabel=ylabel, title=title)
@@ -66,21 +85,33 @@ def plot_against_N(
     train_range: tuple[int, int] | None = None,
     **kwargs: Any,
 ) -> Axes:
-    """Curves against N (log2 axis): the mean over seeds with markers, and the min-max band over seeds.
+    """Curves against N (log2 axis): the mean over seeds with markers, and the min-max
+    band over seeds.
 
-    ``train_range = (lo, hi)`` shades the set sizes the models were trained on. ``kwargs``
-    (``title``, ``ylabel``, ``references``, ``linestyles``, ``colors``, ``logy``, ``ylim``,
-    ``legend`` (a location, or "outside": right of the panel), ``ax``) go to
-    :func:`~lengthgen_lite.viz.common.plot_curves`.
+    ``train_range = (lo, hi)`` shades the set sizes the models were trained on.
+    ``kwargs`` (``title``, ``ylabel``, ``references``, ``linestyles``, ``colors``,
+    ``logy``, ``ylim``, ``legend`` (a location, or "outside": right of the panel),
+    ``ax``) go to :func:`~lengthgen_lite.viz.common.plot_curves`.
     """
     shade = None
     if train_range is not None:
         lo, hi = train_range
         if not 0 < lo <= hi:
-            raise ValueError(f"train_range must be (lo, hi) with 0 < lo <= hi, got {train_range!r}")
+            raise ValueError(
+                f"train_range must be (lo, hi) with 0 < lo <= hi, got {train_range!r}"
+            )
         shade = (lo, hi, f"training sizes {lo}..{hi}")
     N = np.asarray(N, dtype=float)
-    return plot_curves(N, curves, xlabel=N_LABEL, shade=shade, band_alpha=0.2, log2_x=True, axis="N", **kwargs)
+    return plot_curves(
+        N,
+        curves,
+        xlabel=N_LABEL,
+        shade=shade,
+        band_alpha=0.2,
+        log2_x=True,
+        axis="N",
+        **kwargs,
+    )
 
 
 def plot_paired(
@@ -94,21 +125,38 @@ def plot_paired(
     annotate: Sequence[int] | None = None,
     ax: Axes | None = None,
 ) -> Axes:
-    """One quantity against another, one point per N (mean over seeds), joined in order of N.
+    """One quantity against another, one point per N (mean over seeds), joined in order
+    of N.
 
-    ``curves[label] = (x, y)``, each [len(N)] or [K, len(N)]; ``annotate`` lists the N written
-    beside the points of the first curve (None: all).
+    ``curves[label] = (x, y)``, each [len(N)] or [K, len(N)]; ``annotate`` lists the N
+    written beside the points of the first curve (None: all).
     """
     if not curves:
         raise ValueError("curves must hold at least one labelled (x, y) pair")
     ax = ensure_axes(ax)
     for i, (label, (x, y)) in enumerate(curves.items()):
-        xm, ym = as_seed_array(x, len(N), label, "N").mean(0), as_seed_array(y, len(N), label, "N").mean(0)
-        ax.plot(xm, ym, marker="o", markersize=4, color=PALETTE[i % len(PALETTE)], label=label)
+        xm, ym = (
+            as_seed_array(x, len(N), label, "N").mean(0),
+            as_seed_array(y, len(N), label, "N").mean(0),
+        )
+        ax.plot(
+            xm,
+            ym,
+            marker="o",
+            markersize=4,
+            color=PALETTE[i % len(PALETTE)],
+            label=label,
+        )
         if i == 0:
             for n, xv, yv in zip(N, xm, ym):
                 if annotate is None or n in annotate:
-                    ax.annotate(f"N={n}", (xv, yv), textcoords="offset points", xytext=(4, -10), fontsize="x-small")
+                    ax.annotate(
+                        f"N={n}",
+                        (xv, yv),
+                        textcoords="offset points",
+                        xytext=(4, -10),
+                        fontsize="x-small",
+                    )
     if logx:
         ax.set_xscale("log")
     ax.set(xlabel=xlabel, ylabel=ylabel, title=title)
@@ -125,21 +173,32 @@ def histogram_draw(
     bins: int = 40,
     legend_prefix: Sequence[str] | None = None,
 ) -> Callable[..., go.Figure]:
-    """``draw(**values)`` for a slider: one histogram panel per entry of ``grid[values]``.
+    """``draw(**values)`` for a slider: one histogram panel per entry of
+    ``grid[values]``.
 
-    ``grid`` maps a tuple of slider values (in slider order) to one 1-D sample per panel. Bins and
-    x ranges are fixed per panel over the whole grid, so a shrinking spread is visible as a narrowing
-    histogram (the density axis rescales at each step); each trace's legend name carries its std.
+    ``grid`` maps a tuple of slider values (in slider order) to one 1-D sample per
+    panel. Bins and x ranges are fixed per panel over the whole grid, so a shrinking
+    spread is visible as a narrowing histogram (the density axis rescales at each step);
+    each trace's legend name carries its std.
     """
     if not grid:
         raise ValueError("grid must hold at least one slider combination")
     n_panels = {len(samples) for samples in grid.values()}
-    if len(n_panels) != 1 or n_panels != {len(panel_titles)} or len(xlabels) != len(panel_titles):
-        raise ValueError(f"every grid entry needs one sample per panel ({len(panel_titles)} titles, {len(xlabels)} labels)")
+    if (
+        len(n_panels) != 1
+        or n_panels != {len(panel_titles)}
+        or len(xlabels) != len(panel_titles)
+    ):
+        raise ValueError(
+            "every grid entry needs one sample per panel "
+            f"({len(panel_titles)} titles, {len(xlabels)} labels)"
+        )
     prefix = list(legend_prefix) if legend_prefix is not None else list(panel_titles)
     edges = []
     for p in range(len(panel_titles)):
-        values = np.concatenate([np.asarray(samples[p], dtype=float) for samples in grid.values()])
+        values = np.concatenate(
+            [np.asarray(samples[p], dtype=float) for samples in grid.values()]
+        )
         half = float(np.quantile(np.abs(values - np.median(values)), 0.995)) or 1.0
         centre = float(np.median(values))
         edges.append(np.linspace(centre - half, centre + half, bins + 1))
@@ -148,22 +207,49 @@ def histogram_draw(
     def draw(**values: object) -> go.Figure:
         key = tuple(values.values())
         if key not in grid:
-            raise ValueError(f"no precomputed samples for {values!r}; the grid has {keys[:3]}...")
-        fig = make_subplots(rows=1, cols=len(panel_titles), subplot_titles=list(panel_titles))
+            raise ValueError(
+                f"no precomputed samples for {values!r}; the grid has {keys[:3]}..."
+            )
+        fig = make_subplots(
+            rows=1, cols=len(panel_titles), subplot_titles=list(panel_titles)
+        )
         for p, sample in enumerate(grid[key]):
             sample = np.asarray(sample, dtype=float)
             density, _ = np.histogram(sample, edges[p], density=True)
             centres = 0.5 * (edges[p][1:] + edges[p][:-1])
             fig.add_trace(
-                go.Bar(x=centres, y=density, width=float(edges[p][1] - edges[p][0]), marker_color=PALETTE[p],
-                       name=f"{prefix[p]}: std {sample.std():.3f}"),
-                row=1, col=p + 1,
+                go.Bar(
+                    x=centres,
+                    y=density,
+                    width=float(edges[p][1] - edges[p][0]),
+                    marker_color=PALETTE[p],
+                    name=f"{prefix[p]}: std {sample.std():.3f}",
+                ),
+                row=1,
+                col=p + 1,
             )
-            fig.update_xaxes(title_text=xlabels[p], range=[float(edges[p][0]), float(edges[p][-1])], row=1, col=p + 1)
-            fig.update_yaxes(title_text="density (per unit of the component)", row=1, col=p + 1)
-        fig.update_layout(  # the legend (with the stds) sits above the panels, clear of the slider below
-            title={"text": title, "y": 0.97, "yanchor": "top"}, bargap=0, height=460, margin={"t": 120},
-            legend={"orientation": "h", "x": 0.5, "xanchor": "center", "y": 1.1, "yanchor": "bottom"},
+            fig.update_xaxes(
+                title_text=xlabels[p],
+                range=[float(edges[p][0]), float(edges[p][-1])],
+                row=1,
+                col=p + 1,
+            )
+            fig.update_yaxes(
+                title_text="density (per unit of the component)", row=1, col=p + 1
+            )
+        # the legend (with the stds) sits above the panels, clear of the slider below
+        fig.update_layout(
+            title={"text": title, "y": 0.97, "yanchor": "top"},
+            bargap=0,
+            height=460,
+            margin={"t": 120},
+            legend={
+                "orientation": "h",
+                "x": 0.5,
+                "xanchor": "center",
+                "y": 1.1,
+                "yanchor": "bottom",
+            },
         )
         return fig
 
@@ -182,47 +268,103 @@ def plot_layer_slopes(
     reference: float | None = -0.5,
     ax: Axes | None = None,
 ) -> Axes:
-    """One point per layer with its band, one series per label: ``bands[label] = (slope, low, high)``,
-    each [layers]. Series sit side by side within a layer; ``reference`` draws the law's slope."""
+    """One point per layer with its band, one series per label: ``bands[label] = (slope,
+    low, high)``, each [layers]. Series sit side by side within a layer; ``reference``
+    draws the law's slope."""
     if not bands:
-        raise ValueError("bands must hold at least one labelled (slope, low, high) triple")
+        raise ValueError(
+            "bands must hold at least one labelled (slope, low, high) triple"
+        )
     ax = ensure_axes(ax)
     width = 0.6 / len(bands)
     for i, (label, (slope, low, high)) in enumerate(bands.items()):
         layers = np.arange(len(slope)) + (i - (len(bands) - 1) / 2) * width
-        ax.errorbar(layers, slope, yerr=[slope - low, high - slope], fmt="o", markersize=3, capsize=0,
-                    color=PALETTE[i % len(PALETTE)], label=label)
+        ax.errorbar(
+            layers,
+            slope,
+            yerr=[slope - low, high - slope],
+            fmt="o",
+            markersize=3,
+            capsize=0,
+            color=PALETTE[i % len(PALETTE)],
+            label=label,
+        )
     ax.axhline(0.0, color="0.4", linewidth=0.8)
     if reference is not None:
-        ax.axhline(reference, color="0.2", linestyle=":", linewidth=1.2, label=f"law: {reference:g}")
+        ax.axhline(
+            reference,
+            color="0.2",
+            linestyle=":",
+            linewidth=1.2,
+            label=f"law: {reference:g}",
+        )
     ax.set(xlabel=LAYER_LABEL, ylabel=ylabel, title=f"{title} (N = {N[0]}..{N[-1]})")
     ax.legend(fontsize="small")
     return ax
 
 
-def plot_layer_heatmap(N: Sequence[int], values: np.ndarray, *, title: str, colorbar: str, ax: Axes | None = None) -> Axes:
-    """``values`` [layers, len(N)] as an image: layers down, N across (one column per N)."""
+def plot_layer_heatmap(
+    N: Sequence[int],
+    values: np.ndarray,
+    *,
+    title: str,
+    colorbar: str,
+    ax: Axes | None = None,
+) -> Axes:
+    """``values`` [layers, len(N)] as an image: layers down, N across (one column per
+    N)."""
     values = np.asarray(values, dtype=float)
     if values.ndim != 2 or values.shape[1] != len(N):
-        raise ValueError(f"values must be [layers, len(N) = {len(N)}], got {values.shape}")
+        raise ValueError(
+            f"values must be [layers, len(N) = {len(N)}], got {values.shape}"
+        )
     ax = ensure_axes(ax)
-    image = ax.imshow(values, aspect="auto", cmap="viridis", vmin=0.0, vmax=max(float(values.max()), 1e-9))
+    image = ax.imshow(
+        values,
+        aspect="auto",
+        cmap="viridis",
+        vmin=0.0,
+        vmax=max(float(values.max()), 1e-9),
+    )
     ax.figure.colorbar(image, ax=ax, label=colorbar)
     ax.set_xticks(range(len(N)), [str(n) for n in N])
     ax.set(xlabel="sequence length N (tokens)", ylabel=LAYER_LABEL, title=title)
     return ax
 
 
-def plot_slope_against_sink(sink: Mapping[str, np.ndarray], slopes: Mapping[str, np.ndarray], *, title: str,
-                            xlabel: str, ylabel: str, ax: Axes | None = None) -> Axes:
-    """One point per layer (its index written beside it): attention-sink mass against the layer's slope."""
+def plot_slope_against_sink(
+    sink: Mapping[str, np.ndarray],
+    slopes: Mapping[str, np.ndarray],
+    *,
+    title: str,
+    xlabel: str,
+    ylabel: str,
+    ax: Axes | None = None,
+) -> Axes:
+    """One point per layer (its index written beside it): attention-sink mass against
+    the layer's slope."""
     if set(sink) != set(slopes) or not sink:
-        raise ValueError(f"sink and slopes need the same non-empty labels, got {sorted(sink)} and {sorted(slopes)}")
+        raise ValueError(
+            "sink and slopes need the same non-empty labels, got "
+            f"{sorted(sink)} and {sorted(slopes)}"
+        )
     ax = ensure_axes(ax)
     for i, label in enumerate(sink):
-        ax.scatter(sink[label], slopes[label], s=14, color=PALETTE[i % len(PALETTE)], label=label)
+        ax.scatter(
+            sink[label],
+            slopes[label],
+            s=14,
+            color=PALETTE[i % len(PALETTE)],
+            label=label,
+        )
         for layer, (x, y) in enumerate(zip(sink[label], slopes[label])):
-            ax.annotate(str(layer), (x, y), textcoords="offset points", xytext=(3, 2), fontsize="xx-small")
+            ax.annotate(
+                str(layer),
+                (x, y),
+                textcoords="offset points",
+                xytext=(3, 2),
+                fontsize="xx-small",
+            )
     ax.axhline(0.0, color="0.4", linewidth=0.8)
     ax.set(xlabel=xlabel, ylabel=ylabel, title=title)
     ax.legend(fontsize="small")

@@ -1,8 +1,8 @@
 """Chapter 5's table and slider: norm placements on set complement.
 
-Plotting only: the numbers come from :mod:`lengthgen_lite.chapters.ch5_post_norm` (tidy rows, gap
-profiles) and :func:`lengthgen_lite.core.evaluation.prefix_profile` (one model on one sequence at
-every length).
+Plotting only: the numbers come from :mod:`lengthgen_lite.chapters.ch5_post_norm` (tidy
+rows, gap profiles) and :func:`lengthgen_lite.core.evaluation.prefix_profile` (one model
+on one sequence at every length).
 """
 
 from __future__ import annotations
@@ -22,13 +22,15 @@ from .common import plot_length_curves, rows_frame
 from .sliders import SliderFigure, live_slider, static_slider_figure
 from .style import PALETTE
 
-PLACEMENT_COLORS = {norm: PALETTE[i] for i, norm in enumerate(PLACEMENTS)}  # one colour per placement, every figure
+# one colour per placement, every figure
+PLACEMENT_COLORS = {norm: PALETTE[i] for i, norm in enumerate(PLACEMENTS)}
 
 COLUMN_LABELS = {
     "tv_train": "TV, s = 1..4",
     "tv_beyond": "TV, s = 5..15",
     "invalid_beyond": "invalid mass, s = 5..15",
-    "invalid_mass_beyond": "invalid mass, s = 5..15",  # the name in a runs.Results summary
+    # the name in a runs.Results summary
+    "invalid_mass_beyond": "invalid mass, s = 5..15",
     "tv_longest": "TV, s = 15",
     "gap_first": "gap, s = 1",
     "gap_longest": "gap, s = 15",
@@ -42,9 +44,11 @@ def placement_table(
     by: Sequence[str] = ("targets", "norm"),
     digits: int = 3,
 ) -> pd.DataFrame:
-    """Mean over seeds with the [min, max] range, one row per configuration, as rounded strings.
+    """Mean over seeds with the [min, max] range, one row per configuration, as rounded
+    strings.
 
-    ``rows`` are a ``Results.summary(...)`` (or ``ch5.dropout_rows``); the configuration order is kept.
+    ``rows`` are a ``Results.summary(...)`` (or ``ch5.dropout_rows``); the configuration
+    order is kept.
     """
     frame = rows_frame(rows, [*by, *columns], source="Results.summary")
     grouped = frame.groupby(list(by), sort=False)[list(columns)]
@@ -67,8 +71,9 @@ def plot_placement_curves(
     suffix: str = "",
     **kwargs: Any,
 ) -> Axes:
-    """Per-length curves keyed by placement ([K, len(s)] per placement: mean line, min-max band),
-    each in its placement's colour whichever placements are drawn; ``suffix`` is added to the labels.
+    """Per-length curves keyed by placement ([K, len(s)] per placement: mean line,
+    min-max band), each in its placement's colour whichever placements are drawn;
+    ``suffix`` is added to the labels.
 
     ``legend`` is a matplotlib location or None; ``kwargs`` (``ylabel``, ``title``,
     ``train_length``, ``references``, ``logy``, ``ylim``, ``ax``) go to
@@ -77,18 +82,31 @@ def plot_placement_curves(
     if not curves:
         raise ValueError("curves must hold at least one placement")
     if unknown := set(curves) - set(PLACEMENT_COLORS):
-        raise ValueError(f"curves must be keyed by placement {PLACEMENTS}, got {sorted(unknown)}")
+        raise ValueError(
+            f"curves must be keyed by placement {PLACEMENTS}, got {sorted(unknown)}"
+        )
     labels = {norm: f"{norm}{suffix}" for norm in curves}
-    return plot_length_curves(s, curves, colors=PLACEMENT_COLORS, labels=labels, legend=legend or False, **kwargs)
+    return plot_length_curves(
+        s,
+        curves,
+        colors=PLACEMENT_COLORS,
+        labels=labels,
+        legend=legend or False,
+        **kwargs,
+    )
 
 
-def placement_draw(profiles: Mapping[str, PrefixProfile], *, train_length: int) -> Callable[..., go.Figure]:
-    """``draw(norm, s)``: one sequence's prediction against p* after ``s`` tokens, and the logit gap
-    of every placement on that sequence against ``s`` (the chosen one drawn bold).
+def placement_draw(
+    profiles: Mapping[str, PrefixProfile], *, train_length: int
+) -> Callable[..., go.Figure]:
+    """``draw(norm, s)``: one sequence's prediction against p* after ``s`` tokens, and
+    the logit gap of every placement on that sequence against ``s`` (the chosen one
+    drawn bold).
 
-    ``profiles`` maps a placement name to :func:`~lengthgen_lite.core.evaluation.prefix_profile` of one
-    trained model on one shared sequence. Every frame has the same traces, so a static slider
-    only swaps data; the gap axis is fixed, the probability axis rescales.
+    ``profiles`` maps a placement name to
+    :func:`~lengthgen_lite.core.evaluation.prefix_profile` of one trained model on one
+    shared sequence. Every frame has the same traces, so a static slider only swaps
+    data; the gap axis is fixed, the probability axis rescales.
     """
     if not profiles:
         raise ValueError("profiles must hold at least one placement")
@@ -96,48 +114,98 @@ def placement_draw(profiles: Mapping[str, PrefixProfile], *, train_length: int) 
     lengths, v = first.s, first.probs.shape[-1]
     if any(not np.array_equal(p.s, lengths) for p in profiles.values()):
         raise ValueError("profiles must share the same prefix lengths s")
-    colors = {norm: PLACEMENT_COLORS.get(norm, PALETTE[i % len(PALETTE)]) for i, norm in enumerate(profiles)}
+    colors = {
+        norm: PLACEMENT_COLORS.get(norm, PALETTE[i % len(PALETTE)])
+        for i, norm in enumerate(profiles)
+    }
     gaps = np.stack([p.margin for p in profiles.values()])
     pad = 0.08 * float(gaps.max() - min(gaps.min(), 0.0))
     gap_range = [min(float(gaps.min()), 0.0) - pad, float(gaps.max()) + pad]
 
     def draw(norm: str, s: int) -> go.Figure:
         if norm not in profiles or not 1 <= s <= len(lengths):
-            raise ValueError(f"need norm in {list(profiles)} and 1 <= s <= {len(lengths)}, got {norm!r}, {s!r}")
+            raise ValueError(
+                f"need norm in {list(profiles)} and 1 <= s <= {len(lengths)}, "
+                f"got {norm!r}, {s!r}"
+            )
         profile = profiles[norm]
         seen = profile.targets[s - 1] == 0
         fig = make_subplots(
             rows=1,
             cols=2,
             column_widths=[0.55, 0.45],
-            subplot_titles=("next-token distribution on one sequence", "logit gap on that sequence"),
+            subplot_titles=(
+                "next-token distribution on one sequence",
+                "logit gap on that sequence",
+            ),
         )
         tokens = np.arange(v)
-        fig.add_trace(go.Bar(x=tokens, y=profile.targets[s - 1], marker_color="#999", name="target p*"), row=1, col=1)
         fig.add_trace(
-            go.Bar(x=tokens, y=profile.probs[s - 1], marker_color=colors[norm], name="model prediction"), row=1, col=1
+            go.Bar(
+                x=tokens,
+                y=profile.targets[s - 1],
+                marker_color="#999",
+                name="target p*",
+            ),
+            row=1,
+            col=1,
         )
         fig.add_trace(
-            go.Scatter(x=tokens[seen], y=np.zeros(int(seen.sum())), mode="markers", name="seen (illegal)",
-                       marker={"symbol": "x", "color": "#222", "size": 8}),
+            go.Bar(
+                x=tokens,
+                y=profile.probs[s - 1],
+                marker_color=colors[norm],
+                name="model prediction",
+            ),
+            row=1,
+            col=1,
+        )
+        fig.add_trace(
+            go.Scatter(
+                x=tokens[seen],
+                y=np.zeros(int(seen.sum())),
+                mode="markers",
+                name="seen (illegal)",
+                marker={"symbol": "x", "color": "#222", "size": 8},
+            ),
             row=1,
             col=1,
         )
         for name, other in profiles.items():
             chosen = name == norm
             fig.add_trace(
-                go.Scatter(x=lengths, y=other.margin, mode="lines+markers", name=f"gap, norm={name}",
-                           line={"color": colors[name], "width": 4 if chosen else 1.5},
-                           marker={"size": 7 if chosen else 4}, opacity=1.0 if chosen else 0.45),
+                go.Scatter(
+                    x=lengths,
+                    y=other.margin,
+                    mode="lines+markers",
+                    name=f"gap, norm={name}",
+                    line={"color": colors[name], "width": 4 if chosen else 1.5},
+                    marker={"size": 7 if chosen else 4},
+                    opacity=1.0 if chosen else 0.45,
+                ),
                 row=1,
                 col=2,
             )
-        note = f"norm={norm}, s={s}: gap {profile.margin[s - 1]:.2f}, TV {profile.tv[s - 1]:.3f}"
+        note = (
+            f"norm={norm}, s={s}: gap {profile.margin[s - 1]:.2f}, TV "
+            f"{profile.tv[s - 1]:.3f}"
+        )
         fig.add_trace(
-            go.Scatter(x=[s], y=[profile.margin[s - 1]], mode="markers+text", text=[note],
-                       textposition="top center" if s < len(lengths) - 3 else "top left",
-                       marker={"size": 13, "color": colors[norm], "symbol": "circle-open", "line": {"width": 3}},
-                       name="this s", textfont={"size": 12}),
+            go.Scatter(
+                x=[s],
+                y=[profile.margin[s - 1]],
+                mode="markers+text",
+                text=[note],
+                textposition="top center" if s < len(lengths) - 3 else "top left",
+                marker={
+                    "size": 13,
+                    "color": colors[norm],
+                    "symbol": "circle-open",
+                    "line": {"width": 3},
+                },
+                name="this s",
+                textfont={"size": 12},
+            ),
             row=1,
             col=2,
         )
@@ -146,28 +214,74 @@ def placement_draw(profiles: Mapping[str, PrefixProfile], *, train_length: int) 
             height=520,
             margin={"t": 140},
             title={"text": "Prediction and logit gap by norm placement", "y": 0.98},
-            legend={"orientation": "h", "x": 0, "y": 1.14, "yanchor": "bottom", "font": {"size": 11}},
-            shapes=[{"type": "rect", "xref": "x2", "yref": "y2 domain", "x0": 0.5, "x1": train_length + 0.5,
-                     "y0": 0, "y1": 1, "fillcolor": "#ccc", "opacity": 0.4, "line": {"width": 0}, "layer": "below"}],
+            legend={
+                "orientation": "h",
+                "x": 0,
+                "y": 1.14,
+                "yanchor": "bottom",
+                "font": {"size": 11},
+            },
+            shapes=[
+                {
+                    "type": "rect",
+                    "xref": "x2",
+                    "yref": "y2 domain",
+                    "x0": 0.5,
+                    "x1": train_length + 0.5,
+                    "y0": 0,
+                    "y1": 1,
+                    "fillcolor": "#ccc",
+                    "opacity": 0.4,
+                    "line": {"width": 0},
+                    "layer": "below",
+                }
+            ],
         )
-        fig.update_xaxes(title_text="next token", range=[-0.6, v - 0.4], dtick=1, row=1, col=1)
+        fig.update_xaxes(
+            title_text="next token", range=[-0.6, v - 0.4], dtick=1, row=1, col=1
+        )
         fig.update_yaxes(title_text="probability", rangemode="tozero", row=1, col=1)
-        fig.update_xaxes(title_text=f"prefix length s (grey: trained, 1-{train_length})",
-                         range=[0.5, len(lengths) + 0.5], dtick=1, row=1, col=2)
-        fig.update_yaxes(title_text="logit gap (min legal - max illegal)", range=gap_range, row=1, col=2)
+        fig.update_xaxes(
+            title_text=f"prefix length s (grey: trained, 1-{train_length})",
+            range=[0.5, len(lengths) + 0.5],
+            dtick=1,
+            row=1,
+            col=2,
+        )
+        fig.update_yaxes(
+            title_text="logit gap (min legal - max illegal)",
+            range=gap_range,
+            row=1,
+            col=2,
+        )
         return fig
 
     return draw
 
 
-def placement_static_slider(profiles: Mapping[str, PrefixProfile], *, train_length: int, name: str) -> SliderFigure:
-    """The static (no-kernel) slider over every (norm, s), labelled ``norm=post, s=3``."""
+def placement_static_slider(
+    profiles: Mapping[str, PrefixProfile], *, train_length: int, name: str
+) -> SliderFigure:
+    """The static (no-kernel) slider over every (norm, s), labelled ``norm=post,
+    s=3``."""
     draw = placement_draw(profiles, train_length=train_length)
-    return static_slider_figure(draw, {"norm": list(profiles), "s": [int(s) for s in next(iter(profiles.values())).s]},
-                                name=name)
+    return static_slider_figure(
+        draw,
+        {
+            "norm": list(profiles),
+            "s": [int(s) for s in next(iter(profiles.values())).s],
+        },
+        name=name,
+    )
 
 
 def placement_live_slider(profiles: Mapping[str, PrefixProfile], *, train_length: int):
     """The live (ipywidgets) version: one slider for the placement, one for s."""
     draw = placement_draw(profiles, train_length=train_length)
-    return live_slider(draw, {"norm": list(profiles), "s": [int(s) for s in next(iter(profiles.values())).s]})
+    return live_slider(
+        draw,
+        {
+            "norm": list(profiles),
+            "s": [int(s) for s in next(iter(profiles.values())).s],
+        },
+    )

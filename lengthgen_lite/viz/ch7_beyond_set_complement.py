@@ -1,7 +1,9 @@
-"""Chapter 7's figures and tables: placements and EMA on the game and the language suite.
+"""Chapter 7's figures and tables: placements and EMA on the game and the language
+suite.
 
-Plotting only: the numbers come from :mod:`lengthgen_lite.chapters.ch7_beyond_set_complement`
-(per-length curves, tidy rows, per-example predictions).
+Plotting only: the numbers come from
+:mod:`lengthgen_lite.chapters.ch7_beyond_set_complement` (per-length curves, tidy rows,
+per-example predictions).
 """
 
 from __future__ import annotations
@@ -32,9 +34,19 @@ def plot_curves(
     legend: bool = True,
     ax: Axes | None = None,
 ) -> Axes:
-    """Per-length curves keyed by label ([K, len(s)]: mean line, min-max band over seeds)."""
+    """Per-length curves keyed by label ([K, len(s)]: mean line, min-max band over
+    seeds)."""
     step = max(1, len(s) // 12)  # readable ticks at 48 lengths
-    ax = plot_length_curves(s, curves, ylabel=ylabel, title=title, train_length=train_length, ylim=ylim, legend=legend, ax=ax)
+    ax = plot_length_curves(
+        s,
+        curves,
+        ylabel=ylabel,
+        title=title,
+        train_length=train_length,
+        ylim=ylim,
+        legend=legend,
+        ax=ax,
+    )
     ax.set_xticks(s[step - 1 :: step])
     ax.set_xlabel(LENGTH_LABEL)
     return ax
@@ -46,18 +58,29 @@ def verdict_table(
     column: str = "tv_beyond",
     digits: int = 3,
 ) -> pd.DataFrame:
-    """Mean over seeds with the [min, max] range of ``column``, one row per (task, targets, norm),
-    raw and EMA side by side, as rounded strings. ``rows`` are a ``Results.summary([column])``."""
+    """Mean over seeds with the [min, max] range of ``column``, one row per (task,
+    targets, norm), raw and EMA side by side, as rounded strings. ``rows`` are a
+    ``Results.summary([column])``."""
     if not rows:
         raise ValueError("rows must hold at least one row (see Results.summary)")
     frame = pd.DataFrame(list(rows))
-    missing = [name for name in ("task", "targets", "norm", "variant", column) if name not in frame]
+    missing = [
+        name
+        for name in ("task", "targets", "norm", "variant", column)
+        if name not in frame
+    ]
     if missing:
-        raise ValueError(f"rows lack the columns {missing}; they have {list(frame.columns)}")
+        raise ValueError(
+            f"rows lack the columns {missing}; they have {list(frame.columns)}"
+        )
     grouped = frame.groupby(["task", "targets", "norm", "variant"], sort=False)[column]
     mean, low, high = grouped.mean(), grouped.min(), grouped.max()
     text = pd.Series(
-        [f"{m:.{digits}f} [{lo:.{digits}f}, {hi:.{digits}f}]" for m, lo, hi in zip(mean, low, high)], index=mean.index
+        [
+            f"{m:.{digits}f} [{lo:.{digits}f}, {hi:.{digits}f}]"
+            for m, lo, hi in zip(mean, low, high)
+        ],
+        index=mean.index,
     )
     table = text.unstack("variant")
     table.columns = [f"{column}, {variant}" for variant in table.columns]
@@ -74,11 +97,12 @@ def prediction_draw(
     train_length: int,
     title: str,
 ) -> Callable[..., go.Figure]:
-    """``draw(norm, s)`` for a slider: one example's predicted distribution after ``s`` tokens
-    (bars) against the legal-set target (markers), and the placement's TV curve with ``s`` marked.
+    """``draw(norm, s)`` for a slider: one example's predicted distribution after ``s``
+    tokens (bars) against the legal-set target (markers), and the placement's TV curve
+    with ``s`` marked.
 
-    ``probs[norm]`` is [len(s), n_outputs] for the example, ``targets`` [len(s), n_outputs],
-    ``tv[norm]`` is [K, len(s)] (mean over seeds drawn).
+    ``probs[norm]`` is [len(s), n_outputs] for the example, ``targets`` [len(s),
+    n_outputs], ``tv[norm]`` is [K, len(s)] (mean over seeds drawn).
     """
     if not probs or set(probs) != set(tv):
         raise ValueError("probs and tv must name the same, non-empty set of placements")
@@ -87,27 +111,96 @@ def prediction_draw(
     top = max(float(np.nanmax(np.nanmean(values, 0))) for values in tv.values())
 
     def draw(norm: str, s: int) -> go.Figure:
-        fig = make_subplots(rows=1, cols=2, column_widths=[0.55, 0.45], subplot_titles=("one example, after s tokens", "TV to the target, mean of seeds"))
-        fig.add_trace(go.Bar(x=list(output_labels), y=probs[norm][s - 1], name="model", marker_color=PALETTE[0]), row=1, col=1)
+        fig = make_subplots(
+            rows=1,
+            cols=2,
+            column_widths=[0.55, 0.45],
+            subplot_titles=(
+                "one example, after s tokens",
+                "TV to the target, mean of seeds",
+            ),
+        )
         fig.add_trace(
-            go.Scatter(x=list(output_labels), y=targets[s - 1], mode="markers", name="target (uniform over legal)", marker={"color": "black", "symbol": "line-ew-open", "size": 14, "line": {"width": 3}}),
+            go.Bar(
+                x=list(output_labels),
+                y=probs[norm][s - 1],
+                name="model",
+                marker_color=PALETTE[0],
+            ),
+            row=1,
+            col=1,
+        )
+        fig.add_trace(
+            go.Scatter(
+                x=list(output_labels),
+                y=targets[s - 1],
+                mode="markers",
+                name="target (uniform over legal)",
+                marker={
+                    "color": "black",
+                    "symbol": "line-ew-open",
+                    "size": 14,
+                    "line": {"width": 3},
+                },
+            ),
             row=1,
             col=1,
         )
         curve = np.nanmean(tv[norm], 0)
-        fig.add_trace(go.Scatter(x=lengths, y=curve, mode="lines+markers", name="TV", line={"color": PALETTE[1]}), row=1, col=2)
-        fig.add_trace(go.Scatter(x=[s], y=[curve[s - 1]], mode="markers", name="this s", marker={"color": "red", "size": 12}), row=1, col=2)
-        fig.add_vrect(x0=0.5, x1=train_length + 0.5, fillcolor="grey", opacity=0.15, line_width=0, row=1, col=2)
+        fig.add_trace(
+            go.Scatter(
+                x=lengths,
+                y=curve,
+                mode="lines+markers",
+                name="TV",
+                line={"color": PALETTE[1]},
+            ),
+            row=1,
+            col=2,
+        )
+        fig.add_trace(
+            go.Scatter(
+                x=[s],
+                y=[curve[s - 1]],
+                mode="markers",
+                name="this s",
+                marker={"color": "red", "size": 12},
+            ),
+            row=1,
+            col=2,
+        )
+        fig.add_vrect(
+            x0=0.5,
+            x1=train_length + 0.5,
+            fillcolor="grey",
+            opacity=0.15,
+            line_width=0,
+            row=1,
+            col=2,
+        )
         fig.update_yaxes(range=[0, 1], title_text="probability", row=1, col=1)
-        fig.update_yaxes(range=[0, min(1.0, 1.1 * top)], title_text="TV (0 = perfect)", row=1, col=2)
+        fig.update_yaxes(
+            range=[0, min(1.0, 1.1 * top)], title_text="TV (0 = perfect)", row=1, col=2
+        )
         fig.update_xaxes(title_text="next output", row=1, col=1)
         fig.update_xaxes(title_text="length s (moves played)", row=1, col=2)
-        fig.update_layout(title=title, height=430, legend={"orientation": "h", "y": -0.25})
+        fig.update_layout(
+            title=title, height=430, legend={"orientation": "h", "y": -0.25}
+        )
         return fig
 
     return draw
 
 
-def prediction_static_slider(draw: Callable[..., go.Figure], norms: Sequence[str], lengths: Sequence[int], *, name: str) -> SliderFigure:
-    """The book's offline slider over placement and length (one plotly slider, steps ``norm=..., s=...``)."""
-    return static_slider_figure(draw, {"norm": list(norms), "s": list(lengths)}, name=name)
+def prediction_static_slider(
+    draw: Callable[..., go.Figure],
+    norms: Sequence[str],
+    lengths: Sequence[int],
+    *,
+    name: str,
+) -> SliderFigure:
+    """The book's offline slider over placement and length (one plotly slider, steps
+    ``norm=..., s=...``)."""
+    return static_slider_figure(
+        draw, {"norm": list(norms), "s": list(lengths)}, name=name
+    )

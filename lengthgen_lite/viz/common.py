@@ -1,10 +1,11 @@
-"""What every chapter's figures share: axes and panels, the one seed-band curve primitive, axis
-labels, tidy-row tables and the rounded glue.
+"""What every chapter's figures share: axes and panels, the one seed-band curve
+primitive, axis labels, tidy-row tables and the rounded glue.
 
-Every plotting function takes precomputed results, draws on ``ax`` (a new figure when ``ax`` is
-None) and returns the axes; none trains a model or computes a metric. A curve is [len(x)] (one
-run) or [K, len(x)] (one row per seed): its mean over seeds is drawn as a line with markers and
-its min-max range over seeds as a band (:func:`plot_seed_bands`).
+Every plotting function takes precomputed results, draws on ``ax`` (a new figure when
+``ax`` is None) and returns the axes; none trains a model or computes a metric. A curve
+is [len(x)] (one run) or [K, len(x)] (one row per seed): its mean over seeds is drawn as
+a line with markers and its min-max range over seeds as a band
+(:func:`plot_seed_bands`).
 """
 
 from __future__ import annotations
@@ -19,9 +20,9 @@ from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
 from ..core.evaluation import LengthTable, stack_metric
+from ..core.validation import is_int
 from ..runs.scorecard import Claim
 from .style import PALETTE
-from ..core.validation import is_int
 
 S_LABEL = "prefix length s (tokens seen)"
 TV_LABEL = "TV to p* (0 = perfect, 1 = disjoint)"
@@ -29,7 +30,8 @@ REFERENCE_STYLES = ("--", ":", "-.")  # dashed comparison curves, in order
 
 
 def ensure_axes(ax: Axes | None, figsize: tuple[float, float] | None = None) -> Axes:
-    """``ax``, or the axes of a new figure (``figsize`` inches; None: the book's default)."""
+    """``ax``, or the axes of a new figure (``figsize`` inches; None: the book's
+    default)."""
     return plt.subplots(figsize=figsize)[1] if ax is None else ax
 
 
@@ -42,46 +44,66 @@ def panels(
     title: str | None = None,
     sharey: bool = False,
 ) -> tuple[Figure, np.ndarray]:
-    """A figure of ``nrows x ncols`` panels, ``width x height`` inches each; the axes as a flat array.
+    """A figure of ``nrows x ncols`` panels, ``width x height`` inches each; the axes as
+    a flat array.
 
-    So that notebooks can put plots side by side (the ``ax=`` of every plot) without matplotlib.
+    So that notebooks can put plots side by side (the ``ax=`` of every plot) without
+    matplotlib.
     """
     for name, value in (("ncols", ncols), ("nrows", nrows)):
         if not is_int(value) or value < 1:
             raise ValueError(f"{name} must be a positive int, got {value!r}")
     if not (width > 0 and height > 0):
-        raise ValueError(f"width and height must be positive inches, got {width!r} and {height!r}")
-    fig, axes = plt.subplots(nrows, ncols, figsize=(width * ncols, height * nrows), sharey=sharey, squeeze=False)
+        raise ValueError(
+            f"width and height must be positive inches, got {width!r} and {height!r}"
+        )
+    fig, axes = plt.subplots(
+        nrows,
+        ncols,
+        figsize=(width * ncols, height * nrows),
+        sharey=sharey,
+        squeeze=False,
+    )
     if title is not None:
         fig.suptitle(title)
     return fig, axes.ravel()
 
 
-def as_seed_array(values: np.ndarray, n: int, label: str, axis: str = "s") -> np.ndarray:
-    """A curve as [K, n] float (a [n] curve is one seed); ``axis`` names x in the error message."""
+def as_seed_array(
+    values: np.ndarray, n: int, label: str, axis: str = "s"
+) -> np.ndarray:
+    """A curve as [K, n] float (a [n] curve is one seed); ``axis`` names x in the error
+    message."""
     array = np.asarray(values, dtype=float)
     array = array[None] if array.ndim == 1 else array
     if array.ndim != 2 or array.shape[1] != n:
         raise ValueError(
-            f"curve {label!r} must be [len({axis})] or [K, len({axis})] with len({axis})={n}, got {array.shape}"
+            f"curve {label!r} must be [len({axis})] or [K, len({axis})] with "
+            f"len({axis})={n}, got {array.shape}"
         )
     return array
 
 
 def shade_range(ax: Axes, low: float, high: float, label: str) -> Axes:
-    """Shade the x range ``low..high`` (what the models were trained on) behind the data."""
+    """Shade the x range ``low..high`` (what the models were trained on) behind the
+    data."""
     ax.axvspan(low, high, color="0.85", alpha=0.6, zorder=0, label=label)
     return ax
 
 
-def training_lengths(train_length: int, label: str = "training lengths") -> tuple[float, float, str]:
-    """The shaded x range ``(low, high, label)`` of the prefix lengths ``s = 1..train_length``."""
+def training_lengths(
+    train_length: int, label: str = "training lengths"
+) -> tuple[float, float, str]:
+    """The shaded x range ``(low, high, label)`` of the prefix lengths ``s =
+    1..train_length``."""
     if not is_int(train_length) or train_length < 1:
         raise ValueError(f"train_length must be a positive int, got {train_length!r}")
     return 0.5, train_length + 0.5, label
 
 
-def shade_training_range(ax: Axes, train_length: int, label: str = "training lengths") -> Axes:
+def shade_training_range(
+    ax: Axes, train_length: int, label: str = "training lengths"
+) -> Axes:
     """Shade the prefix lengths ``s = 1..train_length`` the model was trained on."""
     return shade_range(ax, *training_lengths(train_length, label))
 
@@ -97,11 +119,12 @@ def plot_seed_bands(
     alpha: float = 0.25,
     axis: str = "s",
 ) -> int:
-    """The seed-band primitive: for each curve, the mean over seeds (line with markers) and the
-    min..max band over seeds (only when K > 1). Returns the largest K, for a legend note.
+    """The seed-band primitive: for each curve, the mean over seeds (line with markers)
+    and the min..max band over seeds (only when K > 1). Returns the largest K, for a
+    legend note.
 
-    ``colors``, ``labels`` and ``linestyles`` are keyed like ``curves``; a missing colour is the
-    palette's colour for the curve's position, a missing label the key.
+    ``colors``, ``labels`` and ``linestyles`` are keyed like ``curves``; a missing
+    colour is the palette's colour for the curve's position, a missing label the key.
     """
     if not curves:
         raise ValueError("curves must hold at least one labelled curve")
@@ -110,20 +133,41 @@ def plot_seed_bands(
     for i, (key, values) in enumerate(curves.items()):
         array = as_seed_array(values, len(x), key, axis)
         color = (colors or {}).get(key, PALETTE[i % len(PALETTE)])
-        ax.plot(x, array.mean(0), marker="o", markersize=4, color=color, label=(labels or {}).get(key, key),
-                linestyle=(linestyles or {}).get(key, "-"))
+        ax.plot(
+            x,
+            array.mean(0),
+            marker="o",
+            markersize=4,
+            color=color,
+            label=(labels or {}).get(key, key),
+            linestyle=(linestyles or {}).get(key, "-"),
+        )
         if array.shape[0] > 1:
-            ax.fill_between(x, array.min(0), array.max(0), color=color, alpha=alpha, linewidth=0)
+            ax.fill_between(
+                x, array.min(0), array.max(0), color=color, alpha=alpha, linewidth=0
+            )
         largest = max(largest, array.shape[0])
     return largest
 
 
-def plot_references(ax: Axes, x: np.ndarray, references: Mapping[str, np.ndarray] | None, axis: str = "s") -> Axes:
-    """Thin dark comparison curves (e.g. a law, chance level), dashed, dotted, dash-dotted in turn."""
+def plot_references(
+    ax: Axes,
+    x: np.ndarray,
+    references: Mapping[str, np.ndarray] | None,
+    axis: str = "s",
+) -> Axes:
+    """Thin dark comparison curves (e.g. a law, chance level), dashed, dotted,
+    dash-dotted in turn."""
     x = np.asarray(x)
     for j, (label, values) in enumerate((references or {}).items()):
-        ax.plot(x, as_seed_array(values, len(x), label, axis)[0], linestyle=REFERENCE_STYLES[j % 3], color="0.2",
-                linewidth=1.2, label=label)
+        ax.plot(
+            x,
+            as_seed_array(values, len(x), label, axis)[0],
+            linestyle=REFERENCE_STYLES[j % 3],
+            color="0.2",
+            linewidth=1.2,
+            label=label,
+        )
     return ax
 
 
@@ -148,15 +192,25 @@ def plot_curves(
     axis: str = "s",
     ax: Axes | None = None,
 ) -> Axes:
-    """Seed-band curves against ``x`` with an optional shaded range ``shade = (low, high, label)``
-    and dashed ``references``. ``legend``: True, False, a matplotlib location, or "outside" (right
-    of the panel); its title says how many seeds the lines average."""
+    """Seed-band curves against ``x`` with an optional shaded range ``shade = (low,
+    high, label)`` and dashed ``references``. ``legend``: True, False, a matplotlib
+    location, or "outside" (right of the panel); its title says how many seeds the lines
+    average."""
     if not curves:
         raise ValueError("curves must hold at least one labelled curve")
     ax = ensure_axes(ax)
     if shade is not None:
         shade_range(ax, *shade)
-    k = plot_seed_bands(ax, x, curves, colors=colors, labels=labels, linestyles=linestyles, alpha=band_alpha, axis=axis)
+    k = plot_seed_bands(
+        ax,
+        x,
+        curves,
+        colors=colors,
+        labels=labels,
+        linestyles=linestyles,
+        alpha=band_alpha,
+        axis=axis,
+    )
     plot_references(ax, x, references, axis)
     if log2_x:
         ax.set_xscale("log", base=2)
@@ -177,53 +231,77 @@ def plot_curves(
     return ax
 
 
-def plot_length_curves(s: np.ndarray, curves: Mapping[str, np.ndarray], *, train_length: int | None = None,
-                       **kwargs: Any) -> Axes:
-    """Per-length seed-band curves against the prefix length ``s``; ``train_length`` shades the
-    training range. ``kwargs`` (``ylabel``, ``title``, ``references``, ``colors``, ``logy``,
-    ``ylim``, ``legend``, ``ax``, ...) go to :func:`plot_curves`."""
+def plot_length_curves(
+    s: np.ndarray,
+    curves: Mapping[str, np.ndarray],
+    *,
+    train_length: int | None = None,
+    **kwargs: Any,
+) -> Axes:
+    """Per-length seed-band curves against the prefix length ``s``; ``train_length``
+    shades the training range. ``kwargs`` (``ylabel``, ``title``, ``references``,
+    ``colors``, ``logy``, ``ylim``, ``legend``, ``ax``, ...) go to
+    :func:`plot_curves`."""
     s = np.asarray(s)
     shade = None if train_length is None else training_lengths(train_length)
     return plot_curves(s, curves, xlabel=S_LABEL, xticks=s, shade=shade, **kwargs)
 
 
-def plot_metric(runs: Mapping[str, Sequence[LengthTable]], metric: str, **kwargs: Any) -> Axes:
-    """One :class:`~lengthgen_lite.core.evaluation.LengthTable` field against ``s`` for each run (label -> one table per seed);
-    ``kwargs`` go to :func:`plot_length_curves`."""
+def plot_metric(
+    runs: Mapping[str, Sequence[LengthTable]], metric: str, **kwargs: Any
+) -> Axes:
+    """One :class:`~lengthgen_lite.core.evaluation.LengthTable` field against ``s`` for
+    each run (label -> one table per seed); ``kwargs`` go to
+    :func:`plot_length_curves`."""
     if not runs:
         raise ValueError("runs must hold at least one labelled list of LengthTables")
     s = next(iter(runs.values()))[0].s
-    return plot_length_curves(s, {label: stack_metric(tables, metric) for label, tables in runs.items()}, **kwargs)
+    return plot_length_curves(
+        s,
+        {label: stack_metric(tables, metric) for label, tables in runs.items()},
+        **kwargs,
+    )
 
 
-def rows_frame(rows: Sequence[Mapping[str, object]], needed: Sequence[str], *, source: str) -> pd.DataFrame:
-    """Tidy rows (one dict per run and seed, made by ``source``) as a DataFrame holding ``needed``."""
+def rows_frame(
+    rows: Sequence[Mapping[str, object]], needed: Sequence[str], *, source: str
+) -> pd.DataFrame:
+    """Tidy rows (one dict per run and seed, made by ``source``) as a DataFrame holding
+    ``needed``."""
     if not rows:
         raise ValueError(f"rows must hold at least one row (see {source})")
     frame = pd.DataFrame(list(rows))
     missing = [name for name in needed if name not in frame]
     if missing:
-        raise ValueError(f"rows lack the columns {missing}; they have {list(frame.columns)}")
+        raise ValueError(
+            f"rows lack the columns {missing}; they have {list(frame.columns)}"
+        )
     return frame
 
 
 def glue_round(name: str, value: float, digits: int = 3) -> None:
-    """Glue ``value`` for the prose under ``name``, rounded (``digits=0``: an int), not displayed.
+    """Glue ``value`` for the prose under ``name``, rounded (``digits=0``: an int), not
+    displayed.
 
-    Rounded so that re-runs store the same text (strict nbval); myst_nb is imported here, not at
-    the top, because only a notebook kernel needs it.
+    Rounded so that re-runs store the same text (strict nbval); myst_nb is imported
+    here, not at the top, because only a notebook kernel needs it.
     """
     from myst_nb import glue
 
     if not is_int(digits) or digits < 0:
         raise ValueError(f"digits must be an int >= 0, got {digits!r}")
-    glue(name, int(round(value)) if digits == 0 else round(float(value), digits), display=False)
+    glue(
+        name,
+        int(round(value)) if digits == 0 else round(float(value), digits),
+        display=False,
+    )
 
 
 def glue_claims(claims: Sequence[Claim]) -> None:
-    """Glue each claim's verdict and number under ``<key>-verdict`` and ``<key>-number``, the
-    names ``book/scorecard.md`` reads."""
-    from myst_nb import glue  # the book's glue; imported here so the package runs without it
+    """Glue each claim's verdict and number under ``<key>-verdict`` and
+    ``<key>-number``, the names ``book/scorecard.md`` reads."""
+    # the book's glue; imported here so the package runs without it
+    from myst_nb import glue
 
     for claim in claims:
         glue(f"{claim.key}-verdict", claim.verdict, display=False)

@@ -1,12 +1,15 @@
-"""Slider figures: a static plotly version for the book and a live ipywidgets version for Jupyter.
+"""Slider figures: a static plotly version for the book and a live ipywidgets version
+for Jupyter.
 
-Both take the same `draw(**values) -> go.Figure` and a grid of slider values, and draw every
-combination up front, so moving a slider only looks up a precomputed figure.
+Both take the same `draw(**values) -> go.Figure` and a grid of slider values, and draw
+every combination up front, so moving a slider only looks up a precomputed figure.
 
-- `static_slider_figure` runs in the browser with no kernel: plotly's own slider restyles the
-  traces with the data stored for each step. Its `text/html` loads the plotly.js that the book
-  serves at `<site root>/vendor/plotly.min.js`; JupyterLab renders its plotly JSON instead.
-- `live_slider` shows ipywidgets sliders (one per grid axis) and swaps the figure in an Output widget.
+- `static_slider_figure` runs in the browser with no kernel: plotly's own slider
+  restyles the traces with the data stored for each step. Its `text/html` loads the
+  plotly.js that the book serves at `<site root>/vendor/plotly.min.js`; JupyterLab
+  renders its plotly JSON instead.
+- `live_slider` shows ipywidgets sliders (one per grid axis) and swaps the figure in an
+  Output widget.
 """
 
 from __future__ import annotations
@@ -30,7 +33,8 @@ PLOTLYJS_PATH = "vendor/plotly.min.js"  # relative to the site root; see _config
 
 _NAME = re.compile(r"[a-z0-9][a-z0-9-]*")
 
-# One loader per page however many figures it holds; `data-content_root` is set by Sphinx on <html>.
+# One loader per page however many figures it holds; `data-content_root` is set by
+# Sphinx on <html>.
 _HTML = """<div id="{div_id}" class="lengthgen-slider" data-lengthgen-slider="{name}"></div>
 <script>
 (function () {{
@@ -44,15 +48,17 @@ _HTML = """<div id="{div_id}" class="lengthgen-slider" data-lengthgen-slider="{n
   var figure = {figure};
   window.lengthgenPlotly.then(function (Plotly) {{ Plotly.newPlot("{div_id}", figure); }});
 }})();
-</script>"""
+</script>"""  # noqa: E501  (JavaScript, kept on whole lines)
 
 
 @dataclass(frozen=True)
 class SliderFigure:
-    """A plotly figure with a slider; displays as HTML in the book and natively in JupyterLab."""
+    """A plotly figure with a slider; displays as HTML in the book and natively in
+    JupyterLab."""
 
     name: str
-    figure: dict[str, Any]  # plain JSON: data, layout (with the slider and its steps' data), config
+    # plain JSON: data, layout (with the slider and its steps' data), config
+    figure: dict[str, Any]
 
     @property
     def labels(self) -> list[str]:
@@ -62,7 +68,10 @@ class SliderFigure:
     def _repr_mimebundle_(self, include=None, exclude=None) -> dict[str, Any]:
         figure = json.dumps(self.figure, separators=(",", ":")).replace("</", "<\\/")
         html = _HTML.format(
-            div_id=f"lengthgen-slider-{self.name}", name=self.name, plotlyjs=PLOTLYJS_PATH, figure=figure
+            div_id=f"lengthgen-slider-{self.name}",
+            name=self.name,
+            plotlyjs=PLOTLYJS_PATH,
+            figure=figure,
         )
         return {"text/html": html, PLOTLY_MIME: self.figure, "text/plain": repr(self)}
 
@@ -77,27 +86,46 @@ def static_slider_figure(
     name: str,
     digits: int = 4,
 ) -> SliderFigure:
-    """A figure whose slider switches between `draw(**values)` for every combination of `sliders`.
+    """A figure whose slider switches between `draw(**values)` for every combination of
+    `sliders`.
 
-    `draw` must return figures with the same traces in the same order (subplots are fine: all
-    panels change together). Each step replaces the traces' data; the layout (titles, axes) is the
-    first combination's, and axes without a fixed `range` rescale at each step. One grid axis gives
-    one slider; several are flattened into one slider whose steps read `s=3, example=1` (last axis
-    fastest). `name` (lowercase, digits, hyphens; start it with the chapter prefix) fixes the div
-    id, so outputs are identical across runs. Numbers are rounded to `digits` significant digits.
+    `draw` must return figures with the same traces in the same order (subplots are
+    fine: all panels change together). Each step replaces the traces' data; the layout
+    (titles, axes) is the first combination's, and axes without a fixed `range` rescale
+    at each step. One grid axis gives one slider; several are flattened into one slider
+    whose steps read `s=3, example=1` (last axis fastest). `name` (lowercase, digits,
+    hyphens; start it with the chapter prefix) fixes the div id, so outputs are
+    identical across runs. Numbers are rounded to `digits` significant digits.
     """
     if not _NAME.fullmatch(name):
-        raise ValueError(f"name must match {_NAME.pattern!r} (e.g. 'ch2-dispersion'), got {name!r}")
+        raise ValueError(
+            f"name must match {_NAME.pattern!r} (e.g. 'ch2-dispersion'), got {name!r}"
+        )
     grid = _draw_grid(draw, sliders, digits)
     keys = list(sliders)
     first = next(iter(grid.values()))
     steps = []
     for combo, figure in grid.items():
-        label = str(combo[0]) if len(keys) == 1 else ", ".join(f"{k}={v}" for k, v in zip(keys, combo))
+        label = (
+            str(combo[0])
+            if len(keys) == 1
+            else ", ".join(f"{k}={v}" for k, v in zip(keys, combo))
+        )
         traces = list(range(len(figure["data"])))
-        steps.append({"label": label, "method": "restyle", "args": [_restyle(figure["data"]), traces]})
+        steps.append(
+            {
+                "label": label,
+                "method": "restyle",
+                "args": [_restyle(figure["data"]), traces],
+            }
+        )
     prefix = f"{keys[0]} = " if len(keys) == 1 else ""
-    slider = {"active": 0, "steps": steps, "currentvalue": {"prefix": prefix}, "pad": {"t": 50}}
+    slider = {
+        "active": 0,
+        "steps": steps,
+        "currentvalue": {"prefix": prefix},
+        "pad": {"t": 50},
+    }
     margin = {**first["layout"].get("margin", {}), "b": 110}
     figure = {
         "data": first["data"],
@@ -113,14 +141,18 @@ def live_slider(
     *,
     digits: int = 4,
 ) -> tuple[widgets.VBox, Callable[..., None]]:
-    """ipywidgets sliders, one per grid axis, above the figure `draw(**values)` (needs a kernel).
+    """ipywidgets sliders, one per grid axis, above the figure `draw(**values)` (needs a
+    kernel).
 
-    Returns `(widget, callback)`: `callback(**values)` is what a slider move runs (a lookup in the
-    precomputed grid and an update of the Output widget), for a notebook to time.
+    Returns `(widget, callback)`: `callback(**values)` is what a slider move runs (a
+    lookup in the precomputed grid and an update of the Output widget), for a notebook
+    to time.
     """
     grid = _draw_grid(draw, sliders, digits)
     controls = {
-        key: widgets.SelectionSlider(options=list(values), description=key, continuous_update=True)
+        key: widgets.SelectionSlider(
+            options=list(values), description=key, continuous_update=True
+        )
         for key, values in sliders.items()
     }
     out = widgets.Output()
@@ -141,31 +173,47 @@ def live_slider(
 
 
 def _draw_grid(
-    draw: Callable[..., go.Figure], sliders: Mapping[str, Sequence[SliderValue]], digits: int
+    draw: Callable[..., go.Figure],
+    sliders: Mapping[str, Sequence[SliderValue]],
+    digits: int,
 ) -> dict[tuple[SliderValue, ...], dict[str, Any]]:
-    """`draw(**values)` as plain, rounded plotly JSON for every combination of slider values."""
+    """`draw(**values)` as plain, rounded plotly JSON for every combination of slider
+    values."""
     if not sliders:
         raise ValueError("sliders must name at least one grid axis")
     for key, values in sliders.items():
         if not key.isidentifier():
-            raise ValueError(f"slider names must be Python identifiers (draw's keywords), got {key!r}")
+            raise ValueError(
+                "slider names must be Python identifiers (draw's keywords), "
+                f"got {key!r}"
+            )
         if len(values) == 0 or len(set(values)) != len(values):
-            raise ValueError(f"slider {key!r} needs distinct values, got {list(values)!r}")
+            raise ValueError(
+                f"slider {key!r} needs distinct values, got {list(values)!r}"
+            )
     grid = {}
     for combo in itertools.product(*sliders.values()):
         figure = _plain(draw(**dict(zip(sliders, combo))).to_plotly_json(), digits)
         grid[combo] = {"data": figure["data"], "layout": figure["layout"]}
-    traces = {tuple(trace.get("type") for trace in fig["data"]) for fig in grid.values()}
+    traces = {
+        tuple(trace.get("type") for trace in fig["data"]) for fig in grid.values()
+    }
     if len(traces) != 1:
-        raise ValueError(f"draw must return the same traces for every slider value, got {sorted(traces)}")
+        raise ValueError(
+            "draw must return the same traces for every slider value, got "
+            f"{sorted(traces)}"
+        )
     return grid
 
 
 def _restyle(traces: list[dict[str, Any]]) -> dict[str, list[Any]]:
-    """Plotly.restyle's update for all traces: dotted attribute -> one value per trace (null: unset)."""
+    """Plotly.restyle's update for all traces: dotted attribute -> one value per trace
+    (null: unset)."""
     flat = [dict(_flatten(trace)) for trace in traces]
     attributes = sorted(set().union(*flat) - {"type"})
-    return {attribute: [trace.get(attribute) for trace in flat] for attribute in attributes}
+    return {
+        attribute: [trace.get(attribute) for trace in flat] for attribute in attributes
+    }
 
 
 def _flatten(obj: dict[str, Any], prefix: str = "") -> Iterator[tuple[str, Any]]:
@@ -177,7 +225,8 @@ def _flatten(obj: dict[str, Any], prefix: str = "") -> Iterator[tuple[str, Any]]
 
 
 def _plain(obj: Any, digits: int) -> Any:
-    """Plotly JSON with typed arrays decoded to lists, floats rounded and non-finite floats as null."""
+    """Plotly JSON with typed arrays decoded to lists, floats rounded and non-finite
+    floats as null."""
     if isinstance(obj, np.generic):
         obj = obj.item()
     if isinstance(obj, dict):

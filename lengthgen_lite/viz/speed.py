@@ -1,13 +1,16 @@
-"""The speed page's figures: what each chapter costs, and what batching seeds buys (book/speed.ipynb).
+"""The speed page's figures: what each chapter costs, and what batching seeds buys
+(book/speed.ipynb).
 
-Both read the results file that `make bench` writes (`benchmarks/speed.py`); nothing here measures.
+Both read the results file that `make bench` writes (`benchmarks/speed.py`); nothing
+here measures.
 """
 
 from __future__ import annotations
 
 import json
 import pathlib
-from typing import Any, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import numpy as np
 from matplotlib.figure import Figure
@@ -15,7 +18,9 @@ from matplotlib.figure import Figure
 from .common import panels
 
 
-def _check_rows(rows: Sequence[Mapping[str, Any]], needed: Sequence[str], what: str) -> None:
+def _check_rows(
+    rows: Sequence[Mapping[str, Any]], needed: Sequence[str], what: str
+) -> None:
     if not rows:
         raise ValueError(f"no {what} rows to plot")
     missing = sorted({key for row in rows for key in needed if key not in row})
@@ -23,15 +28,24 @@ def _check_rows(rows: Sequence[Mapping[str, Any]], needed: Sequence[str], what: 
         raise ValueError(f"{what} rows lack {missing}; each row needs {list(needed)}")
 
 
-def plot_chapter_costs(rows: Sequence[Mapping[str, Any]], *, budget: float | None = None, title: str) -> Figure:
-    """Wall and CPU seconds per chapter (bars), with an optional per-chapter budget line."""
+def plot_chapter_costs(
+    rows: Sequence[Mapping[str, Any]], *, budget: float | None = None, title: str
+) -> Figure:
+    """Wall and CPU seconds per chapter (bars), with an optional per-chapter budget
+    line."""
     _check_rows(rows, ("chapter", "wall_seconds", "cpu_seconds"), "chapter")
     fig, (ax,) = panels(1, width=8.0, height=3.6, title=title)
     x = np.arange(len(rows))
     ax.bar(x - 0.2, [r["wall_seconds"] for r in rows], width=0.4, label="wall")
     ax.bar(x + 0.2, [r["cpu_seconds"] for r in rows], width=0.4, label="CPU (kernel)")
     if budget is not None:
-        ax.axhline(budget, color="0.3", linestyle="--", linewidth=1, label=f"budget {budget:g} s")
+        ax.axhline(
+            budget,
+            color="0.3",
+            linestyle="--",
+            linewidth=1,
+            label=f"budget {budget:g} s",
+        )
     ax.set_xticks(x, [r["chapter"].split("_", 1)[0] for r in rows])
     ax.set_xlabel("chapter")
     ax.set_ylabel("seconds, one torch thread")
@@ -40,16 +54,40 @@ def plot_chapter_costs(rows: Sequence[Mapping[str, Any]], *, budget: float | Non
 
 
 def plot_batching(rows: Sequence[Mapping[str, Any]], *, title: str) -> Figure:
-    """Left: CPU ms per step of all K seeds, loop against batched; right: the speed-up, per batch size."""
-    _check_rows(rows, ("batch", "seeds", "loop_ms_per_step", "batched_ms_per_step", "speedup"), "batching")
+    """Left: CPU ms per step of all K seeds, loop against batched; right: the speed-up,
+    per batch size."""
+    _check_rows(
+        rows,
+        ("batch", "seeds", "loop_ms_per_step", "batched_ms_per_step", "speedup"),
+        "batching",
+    )
     fig, (left, right) = panels(2, width=5.0, height=3.6, title=title)
     for batch in sorted({r["batch"] for r in rows}):
-        mine = sorted((r for r in rows if r["batch"] == batch), key=lambda r: r["seeds"])
+        mine = sorted(
+            (r for r in rows if r["batch"] == batch), key=lambda r: r["seeds"]
+        )
         k = [r["seeds"] for r in mine]
-        (line,) = left.plot(k, [r["loop_ms_per_step"] for r in mine], marker="o", label=f"loop, batch {batch}")
-        left.plot(k, [r["batched_ms_per_step"] for r in mine], marker="s", linestyle="--", color=line.get_color(),
-                  label=f"batched, batch {batch}")
-        right.plot(k, [r["speedup"] for r in mine], marker="o", color=line.get_color(), label=f"batch {batch}")
+        (line,) = left.plot(
+            k,
+            [r["loop_ms_per_step"] for r in mine],
+            marker="o",
+            label=f"loop, batch {batch}",
+        )
+        left.plot(
+            k,
+            [r["batched_ms_per_step"] for r in mine],
+            marker="s",
+            linestyle="--",
+            color=line.get_color(),
+            label=f"batched, batch {batch}",
+        )
+        right.plot(
+            k,
+            [r["speedup"] for r in mine],
+            marker="o",
+            color=line.get_color(),
+            label=f"batch {batch}",
+        )
     for ax in (left, right):
         ax.set_xlabel("seeds K trained together")
         ax.set_xticks(sorted({r["seeds"] for r in rows}))
@@ -62,20 +100,34 @@ def plot_batching(rows: Sequence[Mapping[str, Any]], *, title: str) -> Figure:
     return fig
 
 
-FAST_PATH_BARS = (("reference_ms", "reference path"), ("fast_ms", "fast path, eager"), ("compiled_ms", "fast path, compiled"))
+FAST_PATH_BARS = (
+    ("reference_ms", "reference path"),
+    ("fast_ms", "fast path, eager"),
+    ("compiled_ms", "fast path, compiled"),
+)
 
 
 def plot_fast_path(rows: Sequence[Mapping[str, Any]], *, title: str) -> Figure:
-    """CPU ms per seed-step of each chapter's main training on each path (bars, log scale), with the
-    arithmetic limit of a fast-path step (matmul FLOPs over measured matmul throughput) as a tick."""
-    _check_rows(rows, ("chapter", "limit_ms", *(key for key, _ in FAST_PATH_BARS)), "fast-path")
+    """CPU ms per seed-step of each chapter's main training on each path (bars, log
+    scale), with the arithmetic limit of a fast-path step (matmul FLOPs over measured
+    matmul throughput) as a tick."""
+    _check_rows(
+        rows, ("chapter", "limit_ms", *(key for key, _ in FAST_PATH_BARS)), "fast-path"
+    )
     fig, (ax,) = panels(1, width=8.0, height=3.8, title=title)
     x = np.arange(len(rows))
     width = 0.8 / len(FAST_PATH_BARS)
     for i, (key, label) in enumerate(FAST_PATH_BARS):
         ax.bar(x + (i - 1) * width, [r[key] for r in rows], width=width, label=label)
-    ax.scatter(x + width, [r["limit_ms"] for r in rows], marker="_", s=400, color="0.2", zorder=3,
-               label="arithmetic limit (matmul FLOPs / measured GFLOP/s)")
+    ax.scatter(
+        x + width,
+        [r["limit_ms"] for r in rows],
+        marker="_",
+        s=400,
+        color="0.2",
+        zorder=3,
+        label="arithmetic limit (matmul FLOPs / measured GFLOP/s)",
+    )
     ax.set_yscale("log")
     ax.set_xticks(x, [r["chapter"] for r in rows])
     ax.set_xlabel("chapter's main training")
@@ -90,7 +142,8 @@ def load_results(path: str | pathlib.Path) -> dict[str, Any]:
 
 
 def machine_summary(machine: Mapping[str, Any]) -> dict[str, Any]:
-    """The machine the benchmarks ran on, as the speed page lists it (label -> value)."""
+    """The machine the benchmarks ran on, as the speed page lists it (label ->
+    value)."""
     return {
         "CPU": machine["cpu"],
         "cores": machine["cores"],
@@ -148,7 +201,8 @@ FAST_PATH_COLUMNS = (
 def fast_path_numbers(
     fast: Mapping[str, Any], chapter: str = "ch5 post-norm"
 ) -> dict[str, Any]:
-    """The fast-path numbers the speed page quotes for ``chapter`` (glue name -> value)."""
+    """The fast-path numbers the speed page quotes for ``chapter`` (glue name ->
+    value)."""
     (row,) = [row for row in fast["rows"] if row["chapter"] == chapter]
     return {
         "speed-fast-x": round(float(row["fast_speedup"]), 1),

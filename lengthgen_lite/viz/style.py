@@ -11,9 +11,11 @@ PALETTE = sns.color_palette("colorblind").as_hex()
 
 
 def use_book_style() -> None:
-    """Set the seaborn theme, matplotlib defaults and the default plotly template for the book.
+    """Set the seaborn theme, matplotlib defaults and the default plotly template for
+    the book.
 
-    Called once in each chapter's import cell; every later figure (matplotlib or plotly) uses it.
+    Called once in each chapter's import cell; every later figure (matplotlib or plotly)
+    uses it.
     """
     sns.set_theme(context="notebook", style="whitegrid", palette=PALETTE)
     mpl.rcParams.update(
@@ -26,6 +28,10 @@ def use_book_style() -> None:
         }
     )
     pio.templates["lengthgen"] = go.layout.Template(
-        layout={"colorway": PALETTE, "font": {"size": 13}, "margin": {"t": 50, "l": 60, "r": 20}}
+        layout={
+            "colorway": PALETTE,
+            "font": {"size": 13},
+            "margin": {"t": 50, "l": 60, "r": 20},
+        }
     )
     pio.templates.default = "plotly_white+lengthgen"
