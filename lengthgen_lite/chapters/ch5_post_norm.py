@@ -3,8 +3,9 @@ output norm does. Chapter 5.
 
 Every run is the chapter-1 baseline (:mod:`~lengthgen_lite.chapters.ch1_set_complement`)
 with only the norm placement (and, for the first paper version's remedy, dropout or an
-MLP) changed, declared in ``SPECS`` and trained by :func:`lengthgen_lite.runs.run` (a
-configuration's seeds in one batched call); the readers below take its ``Results``.
+MLP) changed, declared in ``SPECS`` and trained by
+:func:`~lengthgen_lite.runs.runner.run` (a configuration's seeds in one batched call);
+the readers below take its ``Results``.
 
 The mechanism measurements ask one question: is the gap kept by a sharper attention
 pattern, or by the norm dividing a still-uniform average by its shrinking spread?

@@ -15,7 +15,7 @@ Three parts, in the chapter's order:
   :func:`lengthgen_lite.core.evaluation.evaluate_set_complement`.
 - **Runs and the search.** The chapter's experiments are ``SPECS`` (chapter 1's baseline
   with norm placement, learning rate, batch size, dropout or target kind changed),
-  trained by :func:`lengthgen_lite.runs.run` with the averagers of
+  trained by :func:`lengthgen_lite.runs.runner.run` with the averagers of
   :mod:`lengthgen_lite.core.averaging` riding along and scored at every prefix length
   and logit scale; a :class:`Run` reads one configuration of the ``Results``,
   :func:`score_rows` flattens them for the search's factors.

@@ -2,13 +2,13 @@
 suite. Chapter 7.
 
 The chapter's experiment is declared as data (``SPECS["ch7/placements"]``: task x target
-kind x norm placement); :func:`lengthgen_lite.runs.run` trains each configuration's
-seeds in one batched call with an EMA riding along and scores the raw and the averaged
-weights at every length on one fixed test batch per task (:func:`evaluate_lengths`,
-registered as the "sequence" evaluation); :func:`scorecard` turns the ``Results`` into
-the chapter's scorecard rows. Length is the number of tokens seen: moves played in the
-game, symbols read in a language. Every task trains on lengths ``1..train_length`` and
-is tested up to ``test_length`` (two to three times longer).
+kind x norm placement); :func:`~lengthgen_lite.runs.runner.run` trains each
+configuration's seeds in one batched call with an EMA riding along and scores the raw
+and the averaged weights at every length on one fixed test batch per task
+(:func:`evaluate_lengths`, registered as the "sequence" evaluation); :func:`scorecard`
+turns the ``Results`` into the chapter's scorecard rows. Length is the number of tokens
+seen: moves played in the game, symbols read in a language. Every task trains on lengths
+``1..train_length`` and is tested up to ``test_length`` (two to three times longer).
 
 The settings are the book's choice; neither paper's game or language set-up is published
 in what we have. The model is the package's one-layer attention-only

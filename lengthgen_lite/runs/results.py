@@ -17,7 +17,7 @@ lengths ``s``. One selector reads it:
 and the row keys ``variant`` (default "raw"), ``seed`` and ``scale`` (default 1.0). Rows
 are saved as JSON with their provenance (git commit and whether the tree was clean,
 versions, CPU, threads, wall time, command); the trained models stay in memory only
-(:meth:`Results.trained`).
+(:meth:`Results.result`).
 """
 
 from __future__ import annotations
