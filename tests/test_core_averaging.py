@@ -176,3 +176,8 @@ def test_bad_steps_and_trajectories_are_rejected():
         average_trajectory(make_ema(), torch.zeros(0, 3))
     with pytest.raises(ValueError, match="trajectory"):
         average_trajectory(make_ema(), torch.tensor(1.0))
+
+
+def test_make_bema_rejects_an_unknown_hyperparameter():
+    with pytest.raises(ValueError, match=r"unknown BEMA hyperparameters \['beta'\]"):
+        make_bema(beta=0.9)

@@ -146,3 +146,12 @@ def test_book_style_sets_palette_for_matplotlib_and_plotly(monkeypatch):
         )
     assert pio.templates.default == "plotly_white+lengthgen"
     assert go.Figure().layout.template.layout.colorway == tuple(PALETTE)
+
+
+def test_training_band_shades_lengths_one_to_train_length_on_its_subplot():
+    from lengthgen_lite.viz.sliders import training_band
+
+    band = training_band("x2", 4)
+    assert (band["xref"], band["yref"]) == ("x2", "y2 domain")
+    assert (band["x0"], band["x1"]) == (0.5, 4.5) and band["layer"] == "below"
+    assert training_band("x", 2)["yref"] == "y domain"

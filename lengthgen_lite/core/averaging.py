@@ -27,6 +27,8 @@ updated every ``phi`` steps; before ``tau`` it reports the raw weights.
 
 from __future__ import annotations
 
+import inspect
+
 import torch
 
 from .training import AveragerFactory, StackedParams
@@ -157,23 +159,19 @@ def make_ema(beta: float = 0.99) -> AveragerFactory:
     return lambda params: EMA(params, beta=beta)
 
 
-def make_bema(
-    kappa: float = 0.5,
-    eta: float = 0.2,
-    rho: float = 10.0,
-    gamma: float = 1.0,
-    tau: int = 0,
-    phi: int = 1,
-) -> AveragerFactory:
-    """A factory for ``train(..., averagers={"bema": make_bema()})``; defaults as in TRL
-    except ``phi=1``.
+def make_bema(**hyperparameters: float) -> AveragerFactory:
+    """A factory for ``train(..., averagers={"bema": make_bema()})``, passing any of
+    :class:`BEMA`'s hyperparameters (kappa, eta, rho, gamma, tau, phi) on; its defaults
+    are TRL's except ``phi=1``.
 
     TRL updates every 400 steps (``update_freq``); runs here are ~1000 steps, so every
     step.
     """
-    # validate now, not inside train
-    BEMA({"x": torch.zeros(1)}, kappa, eta, rho, gamma, tau, phi)
-    return lambda params: BEMA(params, kappa, eta, rho, gamma, tau, phi)
+    allowed = [n for n in inspect.signature(BEMA).parameters if n != "params"]
+    if unknown := sorted(set(hyperparameters) - set(allowed)):
+        raise ValueError(f"unknown BEMA hyperparameters {unknown}; allowed: {allowed}")
+    BEMA({"x": torch.zeros(1)}, **hyperparameters)  # validate now, not inside train
+    return lambda params: BEMA(params, **hyperparameters)
 
 
 def average_trajectory(

@@ -19,7 +19,12 @@ from plotly.subplots import make_subplots
 from ..chapters.ch3_analysis import DimensionSweep
 from ..chapters.ch3_construction import NormComparison
 from .common import ensure_axes, panels, plot_length_curves
-from .sliders import SliderFigure, live_slider, static_slider_figure
+from .sliders import (
+    SliderFigure,
+    live_slider,
+    static_slider_figure,
+    training_band,
+)
 from .style import PALETTE
 
 FLOOR = 1e-6  # excess losses below this are drawn at it (log axes)
@@ -239,21 +244,7 @@ def theorem_draw(
             "v)",
             "y": 0.97,
         },
-        shapes=[
-            {
-                "type": "rect",
-                "xref": "x3",
-                "yref": "y3 domain",
-                "x0": 0.5,
-                "x1": 2.5,
-                "y0": 0,
-                "y1": 1,
-                "fillcolor": "#ccc",
-                "opacity": 0.4,
-                "line": {"width": 0},
-                "layer": "below",
-            }
-        ],
+        shapes=[training_band("x3", 2)],
     )
     layout.update_xaxes(title_text="token", range=[-0.6, v_max - 0.4], row=1, col=1)
     layout.update_yaxes(

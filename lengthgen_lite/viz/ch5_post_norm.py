@@ -19,7 +19,12 @@ from plotly.subplots import make_subplots
 from ..chapters.ch5_post_norm import PLACEMENTS
 from ..core.evaluation import PrefixProfile
 from .common import plot_length_curves, rows_frame
-from .sliders import SliderFigure, live_slider, static_slider_figure
+from .sliders import (
+    SliderFigure,
+    live_slider,
+    static_slider_figure,
+    training_band,
+)
 from .style import PALETTE
 
 # one colour per placement, every figure
@@ -221,21 +226,7 @@ def placement_draw(
                 "yanchor": "bottom",
                 "font": {"size": 11},
             },
-            shapes=[
-                {
-                    "type": "rect",
-                    "xref": "x2",
-                    "yref": "y2 domain",
-                    "x0": 0.5,
-                    "x1": train_length + 0.5,
-                    "y0": 0,
-                    "y1": 1,
-                    "fillcolor": "#ccc",
-                    "opacity": 0.4,
-                    "line": {"width": 0},
-                    "layer": "below",
-                }
-            ],
+            shapes=[training_band("x2", train_length)],
         )
         fig.update_xaxes(
             title_text="next token", range=[-0.6, v - 0.4], dtick=1, row=1, col=1

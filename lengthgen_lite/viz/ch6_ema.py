@@ -206,30 +206,23 @@ def plot_variant_summary(rows: Sequence[Mapping[str, object]], *, title: str) ->
         part = frame[frame["norm"] == norm]
         for i, column in enumerate(("tv_train", "tv_beyond")):
             ax = axes[i, j]
-            sns.barplot(
-                part,
-                x="config",
-                y=column,
-                hue="variant",
-                hue_order=variants,
-                palette=palette,
-                errorbar=None,
-                alpha=0.5,
-                ax=ax,
-            )
+            data = {
+                "data": part,
+                "x": "config",
+                "y": column,
+                "hue": "variant",
+                "hue_order": variants,
+                "palette": palette,
+                "ax": ax,
+            }
+            sns.barplot(**data, errorbar=None, alpha=0.5)
             sns.stripplot(
-                part,
-                x="config",
-                y=column,
-                hue="variant",
-                hue_order=variants,
-                palette=palette,
+                **data,
                 dodge=True,
                 size=4,
                 edgecolor="0.2",
                 linewidth=0.5,
                 legend=False,
-                ax=ax,
             )
             ax.set(xlabel="", ylabel=RANGE_LABELS[column], title=f"norm = {norm}")
             ax.tick_params(axis="x", labelsize="small")

@@ -79,6 +79,24 @@ class SliderFigure:
         return f"SliderFigure(name={self.name!r}, steps={len(self.labels)})"
 
 
+def training_band(xaxis: str, train_length: int) -> dict[str, Any]:
+    """A plotly shape: the grey band over prefix lengths 1..``train_length`` on the
+    subplot whose x axis is ``xaxis`` ("x", "x2", ...), as every length figure has."""
+    return {
+        "type": "rect",
+        "xref": xaxis,
+        "yref": f"y{xaxis[1:]} domain",
+        "x0": 0.5,
+        "x1": train_length + 0.5,
+        "y0": 0,
+        "y1": 1,
+        "fillcolor": "#ccc",
+        "opacity": 0.4,
+        "line": {"width": 0},
+        "layer": "below",
+    }
+
+
 def static_slider_figure(
     draw: Callable[..., go.Figure],
     sliders: Mapping[str, Sequence[SliderValue]],
