@@ -30,20 +30,15 @@ from sphinx.transforms.post_transforms import SphinxPostTransform
 from sphinx.util import logging
 from sphinx.util.docutils import SphinxDirective
 
+from lengthgen_lite.runs import scorecard
+
 LOGGER = logging.getLogger(__name__)
 STATIC = pathlib.Path(__file__).resolve().parents[1] / "_static"
 CHAPTERS = "notebooks/"  # docnames of the chapters start with this
-# Every verdict word a chapter may glue, in the order the summary lists them; each has a
-# badge colour in _static/lengthgen.css (lengthgen_lite.runs.scorecard.VERDICTS must be
-# a subset).
-VERDICTS = (
-    "reproduced",
-    "partly reproduced",
-    "not reproduced",
-    "robust null",
-    "demonstration",
-    "not testable here",
-)
+# Every verdict word a chapter may glue, in the order the summary lists them: the
+# package's own tuple (one definition); each has a badge colour in
+# _static/lengthgen.css.
+VERDICTS = scorecard.VERDICTS
 
 
 def project_version(root: pathlib.Path) -> str:
