@@ -6,6 +6,11 @@
     lengthgen-lite run ch7 --seeds 2 --steps 50   # a chapter name runs its first spec
     lengthgen-lite run ch5/placements --seeds 20 --steps 5000 --backend ray \
         --out ch5.json
+    lengthgen-lite run ch5 --scale reference      # the converged sweep, into the store
+
+``--scale reference`` runs the experiment's reference sweep (``Spec.at_scale``) into the
+results store (``results/reference/``, or ``--store``), one file per configuration as
+it lands; configurations already stored are skipped, so the same command resumes.
 
 Layering: the command line imports :mod:`lengthgen_lite.runs` and nothing above it. The
 chapters' experiments are found at run time, as data: every ``chapters/chN_*.py`` whose
@@ -29,6 +34,8 @@ from collections.abc import Sequence
 
 from .runs import Spec, run
 from .runs.runner import BACKENDS, check_run_options
+from .runs.spec import SCALES
+from .runs.store import STORE, Store, sweep
 
 CHAPTERS = pathlib.Path(__file__).resolve().parent / "chapters"
 
@@ -137,21 +144,52 @@ def build_parser() -> argparse.ArgumentParser:
         help="with --backend ray: split each configuration's seeds",
     )
     go.add_argument(
+        "--scale",
+        choices=SCALES,
+        default="live",
+        help="live: the notebook's budget (default); reference: the converged sweep, "
+        "into the store, resuming",
+    )
+    go.add_argument(
+        "--store",
+        default=str(STORE),
+        help="with --scale reference: the store folder (default: results/reference)",
+    )
+    go.add_argument(
         "--out", default="results.json", help="results file (default: results.json)"
     )
     go.add_argument("--no-progress", action="store_true", help="no progress bars")
     return parser
 
 
+def _size(spec: Spec) -> str:
+    steps = sorted({c.steps for c in spec.configurations()})
+    return (
+        f"{len(spec.configurations()):3d} configurations x {len(spec.seeds):2d} "
+        f"seeds x {'/'.join(map(str, steps))} steps"
+    )
+
+
 def _list(specs: dict[str, Spec]) -> str:
     lines = []
     for name, spec in specs.items():
-        n = len(spec.configurations())
-        lines.append(
-            f"{name:18} {n:3d} configurations x {len(spec.seeds)} seeds  "
-            f"{spec.description}"
-        )
+        lines.append(f"{name:16} {spec.description}")
+        lines.append(f"{'':18}live      {_size(spec)}")
+        lines.append(f"{'':18}reference {_size(spec.at_scale('reference'))}")
     return "\n".join(lines)
+
+
+def _scaled(spec: Spec, args: argparse.Namespace) -> Spec:
+    """The spec at ``--scale``, with ``--seeds`` and ``--steps`` (a reference sweep cut
+    short keeps the checkpoints below its steps)."""
+    spec = spec.at_scale(args.scale)
+    changes: dict[str, object] = {}
+    if args.seeds is not None:
+        changes["seeds"] = parse_seeds(args.seeds)
+    if args.steps is not None:
+        changes["steps"] = args.steps
+        changes["checkpoints"] = [c for c in spec.checkpoints if c < args.steps]
+    return spec.with_overrides(**changes)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -166,10 +204,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "show":
             print(json.dumps(spec.to_dict(), indent=1))
             return 0
-        changes = {} if args.seeds is None else {"seeds": parse_seeds(args.seeds)}
-        if args.steps is not None:
-            changes["steps"] = args.steps
-        spec = spec.with_overrides(**changes)
+        spec = _scaled(spec, args)
+        if args.scale == "reference" and args.seeds_per_task is not None:
+            raise ValueError(
+                "--seeds-per-task is invalid with --scale reference; allowed: one Ray "
+                "task per configuration (a stored file holds all its seeds)"
+            )
         ray_options = {
             "seeds_per_task": args.seeds_per_task,
             "ray_address": args.ray_address,
@@ -194,6 +234,22 @@ def main(argv: Sequence[str] | None = None) -> int:
             "'lengthgen_lite[ray]'"
         )
     command = " ".join(["lengthgen-lite", *(sys.argv[1:] if argv is None else argv)])
+    if args.scale == "reference":
+        store = Store(args.store)
+        todo = store.missing(spec)
+        n = len(spec.configurations())
+        print(f"{spec.name}: {n - len(todo)} of {n} stored, {len(todo)} to run")
+        sweep(
+            spec,
+            store,
+            backend=args.backend,
+            progress=not args.no_progress,
+            ray_address=args.ray_address,
+            ray_num_cpus=args.ray_cpus,
+            command=command,
+            on_saved=lambda path: print(f"saved {path}", flush=True),
+        )
+        return 0
     results = run(
         spec,
         backend=args.backend,

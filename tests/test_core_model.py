@@ -389,3 +389,17 @@ def test_init_model_is_the_start_train_uses():
 def test_init_model_rejects_bad_seeds(seed):
     with pytest.raises(ValueError, match="seed must be"):
         init_model(ModelConfig(vocab_size=8), seed)
+
+
+def test_torch_init_is_pytorchs_own_linear_init():
+    book = init_model(ModelConfig(vocab_size=16, d_model=64), 0)
+    torch_init = init_model(ModelConfig(vocab_size=16, d_model=64, init="torch"), 0)
+    q_book = book.blocks[0].attn.W_Q.weight
+    q_torch = torch_init.blocks[0].attn.W_Q.weight
+    # std 1/sqrt(fan_in) against uniform in +-1/sqrt(fan_in) (std 1/sqrt(3 fan_in))
+    assert abs(q_book.std().item() * 8 - 1) < 0.05
+    assert abs(q_torch.std().item() * 8 * 3**0.5 - 1) < 0.05
+    assert q_torch.abs().max().item() <= 1 / 8
+    assert abs(torch_init.embed.weight.std().item() - 1) < 0.05
+    with pytest.raises(ValueError, match="init='xavier' is unknown"):
+        ModelConfig(vocab_size=16, init="xavier")

@@ -476,3 +476,17 @@ def test_compiled_path_rejects_what_it_cannot_compile():
         )
     with pytest.raises(ValueError, match="path='turbo' is unknown"):
         TrainConfig(path="turbo")
+
+
+def test_checkpoints_keep_the_weights_the_shorter_training_ends_with():
+    kept = train(MODEL, TASK, SHORT, seeds=[0, 1], progress=False, checkpoints=(5,))
+    assert list(kept.checkpoints) == [5] and list(kept.checkpoints[5]) == ["raw"]
+    short = train(MODEL, TASK, replace(SHORT, steps=5), seeds=[0, 1], progress=False)
+    np.testing.assert_array_equal(kept.loss[:5], short.loss)
+    for early, alone in zip(kept.checkpoints[5]["raw"], short.models):
+        for (name, p), q in zip(
+            early.state_dict().items(), alone.state_dict().values()
+        ):
+            torch.testing.assert_close(p, q, msg=name)
+    with pytest.raises(ValueError, match="checkpoints=.*allowed: steps in 1..steps"):
+        train(MODEL, TASK, SHORT, seeds=[0], progress=False, checkpoints=(10_000,))

@@ -3,7 +3,7 @@ import json
 import pytest
 
 from lengthgen_lite.chapters import ch1_set_complement as ch1
-from lengthgen_lite.runs.spec import CONFIG_FIELDS, Config, Spec
+from lengthgen_lite.runs.spec import CONFIG_FIELDS, REFERENCE_DEFAULTS, Config, Spec
 from tiny_experiment import TINY, tiny_spec
 
 
@@ -98,6 +98,24 @@ def test_every_config_field_is_checked_by_type():
     assert TINY["name"] == "tiny/placements"
 
 
-def test_reference_scale_is_declared_not_built():
-    with pytest.raises(NotImplementedError, match="issue 19"):
-        tiny_spec().reference()
+def test_reference_scale_adds_seeds_steps_checkpoints_and_axes():
+    axes = {"grid": {"init": ("book", "torch")}, "steps": 60, "checkpoints": (20, 40)}
+    spec = tiny_spec(reference=axes)
+    ref = spec.at_scale("reference")
+    assert ref.scale == "reference" and ref.seeds == REFERENCE_DEFAULTS["seeds"]
+    assert ref.checkpoints == (20, 40) and ref.reference == {}
+    assert len(ref.configurations()) == 2 * len(spec.configurations())
+    assert {c.steps for c in ref.configurations()} == {60}
+    assert {c.train_path for c in ref.configurations()} == {"auto"}
+    assert {c.init for c in ref.configurations()} == {"book", "torch"}
+    assert spec.at_scale("live") is spec and ref.at_scale("reference") is ref
+    with pytest.raises(ValueError, match="checkpoints=.*steps below 60"):
+        tiny_spec(reference={"steps": 60, "checkpoints": (30, 60)}).at_scale(
+            "reference"
+        )
+    with pytest.raises(ValueError, match="reference has unknown field 'seed'"):
+        tiny_spec(reference={"seed": 3})
+    with pytest.raises(ValueError, match="unknown scale 'huge'"):
+        spec.at_scale("huge")
+    with pytest.raises(ValueError, match="unknown init 'xavier'"):
+        Config(init="xavier")

@@ -32,7 +32,7 @@ from ..core.tasks import sample_sequences, seen_mask, target_distribution
 from ..core.validation import require_choice, require_number
 from ..runs import Results, Spec
 from ..runs.scorecard import Claim, verdict
-from .ch1_set_complement import BASELINE, SEEDS, TRAIN_LENGTH
+from .ch1_set_complement import BASELINE, REFERENCE_AXES, SEEDS, TRAIN_LENGTH
 
 # The norm whose input contains the attention average, by placement. "pre" normalises
 # only the token embeddings before attention, and "none" has no norm: neither can
@@ -196,6 +196,7 @@ SPECS: dict[str, Spec] = {
         grid={"targets": TARGETS, "norm": PLACEMENTS},
         base=BASELINE,
         seeds=SEEDS,
+        reference={"grid": REFERENCE_AXES},
     ),
     "ch5/deeper": Spec(
         name="ch5/deeper",
@@ -210,6 +211,17 @@ SPECS: dict[str, Spec] = {
         configs=[{"targets": targets, kind: p} for targets, kind, p in DROPOUT],
         base={**BASELINE, "norm": "none"},
         seeds=SMALL_SEEDS,
+        # the reference scale crosses both kinds at every rate (0: the baseline, in
+        # the same sweep) with the init axis
+        reference={
+            "configs": [],
+            "grid": {
+                "targets": TARGETS,
+                "attn_dropout": (0.0, 0.1, 0.3),
+                "resid_dropout": (0.0, 0.1, 0.3),
+                "init": REFERENCE_AXES["init"],
+            },
+        },
     ),
 }
 

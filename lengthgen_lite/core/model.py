@@ -58,6 +58,9 @@ from .validation import require_int, require_number
 NormKind = Literal["layernorm", "standardize"]
 Positional = Literal["none", "learned"]
 Queries = Literal["all", "last"]
+# "book": linear maps with std 1/sqrt(fan_in); "torch": PyTorch's own nn.Linear init,
+# uniform in +-1/sqrt(fan_in) (std 1/sqrt(3 fan_in)). Embeddings are N(0, 1) in both.
+Init = Literal["book", "torch"]
 
 
 @dataclass(frozen=True)
@@ -120,6 +123,8 @@ class ModelConfig:
     causal: bool = True
     # "last": only the last position queries attention (a pooling read-out; ch. 4)
     queries: Queries = "all"
+    # the initial weights' scale: an axis of the reference sweeps (issue 19)
+    init: Init = "book"
 
     def __post_init__(self) -> None:
         for name in ("vocab_size", "n_layers", "d_model", "n_heads", "max_len"):
@@ -139,6 +144,7 @@ class ModelConfig:
             "norm_kind": get_args(NormKind),
             "positional": get_args(Positional),
             "queries": get_args(Queries),
+            "init": get_args(Init),
         }
         for name, allowed in choices.items():
             if getattr(self, name) not in allowed:
@@ -341,7 +347,8 @@ class Transformer(nn.Module):
         if cfg.norm_sites.final:
             self.ln_final = Norm(cfg.d_model, cfg.norm_kind)
         self.unembed = nn.Linear(cfg.d_model, cfg.output_size, bias=False)
-        self.apply(self._init_weights)
+        if cfg.init == "book":
+            self.apply(self._init_weights)
 
     @staticmethod
     def _init_weights(module: nn.Module) -> None:

@@ -62,7 +62,7 @@ from .tasks import (
     sample_next_tokens,
     token_noise,
 )
-from .validation import is_int
+from .validation import is_int, require_ints
 
 TargetKind = Literal["soft", "sampled"]
 Schedule = Literal["constant", "cosine"]
@@ -149,6 +149,9 @@ class TrainResult:
     averaged: dict[str, list[nn.Module]]  # averager name -> one model per seed
     loss: np.ndarray  # [steps, K] training loss per step and seed
     seeds: list[int] = field(default_factory=list)
+    # step -> {"raw" | averager name -> one model per seed}: the weights at each of
+    # ``train``'s ``checkpoints`` before the last step (the last step's are above)
+    checkpoints: dict[int, dict[str, list[nn.Module]]] = field(default_factory=dict)
 
 
 def training_loss(logits: Tensor, targets: Tensor, mask: Tensor) -> Tensor:
@@ -341,15 +344,28 @@ def train(
     averagers: Mapping[str, AveragerFactory] | None = None,
     progress: bool = True,
     desc: str = "training",
+    checkpoints: Sequence[int] = (),
 ) -> TrainResult:
     """Train one ``model_class(model_cfg)`` per seed on ``task``, all seeds batched
     together.
 
     Seed ``k`` sets both the initial weights
     (:func:`~lengthgen_lite.core.model.init_model`) and that model's own stream of
-    training data (``make_generator(2 * k + 1)``).
+    training data (``make_generator(2 * k + 1)``). ``checkpoints`` are step counts (at
+    most ``cfg.steps``) at which the raw and averaged weights are also kept
+    (``TrainResult.checkpoints``), so one training serves several budgets.
     """
     seeds = list(seeds)
+    checkpoints = tuple(checkpoints)
+    keep = sorted(
+        set(require_ints("checkpoints", checkpoints, 1) if checkpoints else ())
+        - {cfg.steps}
+    )
+    if keep and keep[-1] > cfg.steps:
+        raise ValueError(
+            f"checkpoints={tuple(checkpoints)!r} is invalid; allowed: steps in "
+            f"1..steps={cfg.steps}"
+        )
     if not seeds or len(set(seeds)) != len(seeds):
         raise ValueError(
             f"seeds must be a non-empty list of distinct ints, got {seeds!r}"
@@ -429,6 +445,16 @@ def train(
         mininterval=1.0,
         bar_format=BAR_FORMAT,
     )
+
+    def weights() -> dict[str, list[nn.Module]]:
+        """The raw and averaged weights now, one model per seed."""
+        stacks = {"raw": params} | {n: w.averaged() for n, w in watchers.items()}
+        return {
+            name: [_unstack(template, stack, buffers, k) for k in range(len(seeds))]
+            for name, stack in stacks.items()
+        }
+
+    snapshots: dict[int, dict[str, list[nn.Module]]] = {}
     for step, data in zip(bar, batches):
         losses[step] = step_fn(data).numpy()
         scheduler.step()
@@ -436,12 +462,9 @@ def train(
             for watcher in watchers.values():
                 watcher.update(params, step + 1)
 
-    final = [_unstack(template, params, buffers, k) for k in range(len(seeds))]
-    averaged = {
-        name: [
-            _unstack(template, watcher.averaged(), buffers, k)
-            for k in range(len(seeds))
-        ]
-        for name, watcher in watchers.items()
-    }
-    return TrainResult(models=final, averaged=averaged, loss=losses, seeds=seeds)
+        if step + 1 in keep:
+            snapshots[step + 1] = weights()
+
+    final = weights()
+    raw = final.pop("raw")
+    return TrainResult(raw, final, losses, seeds, snapshots)

@@ -1,10 +1,11 @@
-"""The one results table: a row per (configuration, variant, seed, logit scale), metrics
-per length.
+"""The one results table: a row per (configuration, variant, seed, logit scale, step),
+metrics per length.
 
 Every experiment, whatever its task, returns a :class:`Results`: the spec, its
 configurations, and rows ``{"config": i, "variant": "raw" | "ema" | ..., "seed": k,
-"scale": c, "s": [...], metric: [...]}`` whose metric lists run over the evaluated
-lengths ``s``. One selector reads it:
+"scale": c, "step": n, "s": [...], metric: [...]}`` whose metric lists run over the
+evaluated lengths ``s``; ``step`` is the training step whose weights were scored (the
+last, or a checkpoint of a reference run). One selector reads it:
 
 - :meth:`Results.curves` -> per-length values, ``[seeds, lengths]`` (``[configs, seeds,
   lengths]`` when several configurations match);
@@ -14,7 +15,8 @@ lengths ``s``. One selector reads it:
   ``"tv_longest"``).
 
 ``where`` matches any :class:`~lengthgen_lite.runs.spec.Config` field (``norm="post"``)
-and the row keys ``variant`` (default "raw"), ``seed`` and ``scale`` (default 1.0). Rows
+and the row keys ``variant`` (default "raw"), ``seed``, ``scale`` (default 1.0) and
+``step`` (default: each configuration's last). Rows
 are saved as JSON with their provenance (git commit and whether the tree was clean,
 versions, CPU, threads, wall time, command); the trained models stay in memory only
 (:meth:`Results.result`).
@@ -37,7 +39,7 @@ import numpy as np
 from ..core.training import TrainResult
 from .spec import CONFIG_FIELDS, Config, Spec
 
-ROW_KEYS = ("config", "variant", "seed", "scale")
+ROW_KEYS = ("config", "variant", "seed", "scale", "step")
 RANGES = {
     "train": "mean over 1..L",
     "beyond": "mean beyond L",
@@ -91,7 +93,8 @@ def provenance(wall_seconds: float, command: str | None = None) -> dict[str, Any
     command."""
     import torch
 
-    status = _git("status", "--porcelain")
+    # clean: no tracked file changed (a sweep's own new result files do not count)
+    status = _git("status", "--porcelain", "--untracked-files=no")
     return {
         "git_commit": _git("rev-parse", "HEAD"),
         "git_clean": None if status is None else status == "",
@@ -115,6 +118,8 @@ class Results:
     rows: list[dict[str, Any]]
     provenance: dict[str, Any] = field(default_factory=dict)
     trained: dict[int, TrainResult] = field(default_factory=dict, repr=False)
+    # a stored reference sweep's training summary per configuration (runs.store)
+    training: dict[int, dict[str, Any]] = field(default_factory=dict, repr=False)
 
     def __post_init__(self) -> None:
         self.configs: list[Config] = self.spec.configurations()
@@ -145,6 +150,8 @@ class Results:
     def _grouped(self, **where: Any) -> list[list[dict[str, Any]]]:
         where = {"variant": "raw", "scale": 1.0} | where
         rows = self.select(**where)
+        if "step" not in where:  # the trained weights, not a checkpoint
+            rows = [r for r in rows if r["step"] == self.configs[r["config"]].steps]
         if not rows:
             raise ValueError(f"no rows match {where!r}; variants: {self.variants}")
         groups: dict[int, list[dict[str, Any]]] = {}

@@ -122,31 +122,40 @@ def run_configuration(
         averagers=spec.averager_factories(),
         progress=progress,
         desc=desc,
+        checkpoints=spec.checkpoints,
     )
     evaluate = _set_complement if task_kind(config) == "set_complement" else _sequence
     rows = []
-    variants = {"raw": result.models, **result.averaged}
-    for (variant, scale), (s, metrics) in evaluate(variants, config, spec).items():
-        for k, seed in enumerate(result.seeds):
-            row = {
-                "config": index,
-                "variant": variant,
-                "seed": int(seed),
-                "scale": scale,
-            }
-            row["s"] = [int(x) for x in s]
-            rows.append(row | {m: [float(x) for x in v[k]] for m, v in metrics.items()})
+    weights = result.checkpoints | {
+        config.steps: {"raw": result.models, **result.averaged}
+    }
+    for step, variants in weights.items():
+        for (variant, scale), (s, metrics) in evaluate(variants, config, spec).items():
+            for k, seed in enumerate(result.seeds):
+                row = {
+                    "config": index,
+                    "variant": variant,
+                    "seed": int(seed),
+                    "scale": scale,
+                    "step": step,
+                    "s": [int(x) for x in s],
+                }
+                rows.append(
+                    row | {m: [float(x) for x in v[k]] for m, v in metrics.items()}
+                )
     return rows, result
 
 
 def _run_unit(
     data: dict, index: int, seeds: list[int], progress: bool, modules: list[str]
-) -> list:
+) -> tuple[list, np.ndarray, float]:
     """What one Ray task runs: plain data in and out (the chapters that registered
-    evaluations)."""
+    evaluations): the rows, the training losses [steps, seeds] and the wall time."""
     for module in modules:
         importlib.import_module(module)
-    return run_configuration(Spec.from_dict(data), index, seeds, progress)[0]
+    start = time.perf_counter()
+    rows, result = run_configuration(Spec.from_dict(data), index, seeds, progress)
+    return rows, result.loss, time.perf_counter() - start
 
 
 def check_run_options(
@@ -185,9 +194,32 @@ def check_run_options(
         )
 
 
-def _ray_rows(
-    spec: Spec, units: list, progress: bool, address: str | None, num_cpus: int | None
-) -> list:
+def sort_rows(spec: Spec, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Table order: configuration, step, variant (raw first), logit scale, seed."""
+    variants = ["raw", *spec.averagers]
+    return sorted(
+        rows,
+        key=lambda r: (
+            r["config"],
+            r["step"],
+            variants.index(r["variant"]),
+            r["scale"],
+            r["seed"],
+        ),
+    )
+
+
+def ray_units(
+    spec: Spec,
+    units: list,
+    progress: bool,
+    address: str | None,
+    num_cpus: int | None,
+    on_done: Callable[[int, tuple], None] | None = None,
+) -> list[tuple[list, np.ndarray, float]]:
+    """Run ``units`` (configuration index, seeds) as Ray tasks: each one's rows, losses
+    and wall time, in the units' order. ``on_done(unit, output)`` is called as each
+    finishes (a sweep saves it at once)."""
     try:
         import ray
     except ImportError:
@@ -207,9 +239,18 @@ def _ray_rows(
         )
         modules = sorted({fn.__module__ for fn in EVALUATIONS.values()})
         data = spec.to_dict()
-        return ray.get(
-            [remote.remote(data, i, seeds, progress, modules) for i, seeds in units]
-        )
+        pending = {
+            remote.remote(data, i, seeds, progress, modules): n
+            for n, (i, seeds) in enumerate(units)
+        }
+        outputs: dict[int, tuple] = {}
+        while pending:
+            [ready], _ = ray.wait(list(pending), num_returns=1)
+            n = pending.pop(ready)
+            outputs[n] = ray.get(ready)
+            if on_done is not None:
+                on_done(n, outputs[n])
+        return [outputs[n] for n in range(len(units))]
     finally:
         if started:
             ray.shutdown()
@@ -252,12 +293,9 @@ def run(
             list(spec.seeds[i : i + size]) for i in range(0, len(spec.seeds), size)
         ]
         units = [(i, group) for i in range(n_configs) for group in groups]
-        parts = _ray_rows(spec, units, progress, ray_address, ray_num_cpus)
-    rows = [row for part in parts for row in part]
-    variants = ["raw", *spec.averagers]
-    rows.sort(
-        key=lambda r: (r["config"], variants.index(r["variant"]), r["scale"], r["seed"])
-    )
+        outputs = ray_units(spec, units, progress, ray_address, ray_num_cpus)
+        parts = [rows for rows, _, _ in outputs]
+    rows = sort_rows(spec, [row for part in parts for row in part])
     wall = time.perf_counter() - start
     return Results(spec, rows, provenance(wall, command), trained)
 
@@ -268,5 +306,8 @@ __all__ = [
     "RAY_ENV",
     "check_run_options",
     "register_evaluation",
+    "ray_units",
     "run",
+    "run_configuration",
+    "sort_rows",
 ]

@@ -11,9 +11,14 @@ name or a bad value is a ``ValueError`` naming the field and what is allowed.
 
 ``Spec.with_overrides(seeds=..., steps=...)`` gives the bigger (or smaller) rerun of the
 same experiment; ``Spec.to_dict``/``from_dict`` round-trip it through JSON
-(``lengthgen-lite show``). ``Spec.scale`` names the budget: ``"live"`` is what a
-notebook trains; ``"reference"`` is kept for the converged sweep of issue 19 (declared,
-not built here).
+(``lengthgen-lite show``).
+
+Every spec has two scales. ``"live"`` is what a notebook trains, in minutes.
+``Spec.at_scale("reference")`` is the same experiment at the reference scale: at least
+ten seeds, trained long enough to measure convergence, with checkpoints (weights scored
+at several step counts of the same training) and, where a claim may depend on them, more
+axes (the init scale, the learning rate, a component a reviewer would add): the spec's
+``reference`` field, over ``REFERENCE_DEFAULTS``. ``runs.store`` keeps its results.
 """
 
 from __future__ import annotations
@@ -28,9 +33,15 @@ from typing import Any, get_args
 from ..core.averaging import make_bema, make_ema
 from ..core.games import TicTacToe
 from ..core.languages import LANGUAGES, make_language
-from ..core.model import PLACEMENTS, ModelConfig, NormKind
+from ..core.model import PLACEMENTS, Init, ModelConfig, NormKind
 from ..core.tasks import SetComplement
-from ..core.training import AveragerFactory, Schedule, TargetKind, TrainConfig
+from ..core.training import (
+    AveragerFactory,
+    Schedule,
+    TargetKind,
+    TrainConfig,
+    TrainPath,
+)
 from ..core.validation import (
     is_int,
     require_choice,
@@ -46,7 +57,17 @@ AVERAGERS = {
     "ema": make_ema,
     "bema": make_bema,
 }  # name -> factory of its keyword options
-SCALES = ("live", "reference")  # issue 19: the notebook's budget, or the converged one
+SCALES = ("live", "reference")  # the notebook's budget, or the converged one
+# What the reference scale changes when a spec's own ``reference`` does not say: ten
+# seeds (0..9), 6000 steps scored also at 1000 and 3000, on the fast training path
+# (equal to the reference path up to float rounding; core.training).
+REFERENCE_DEFAULTS: dict[str, Any] = {
+    "seeds": tuple(range(10)),
+    "steps": 6000,
+    "checkpoints": (1000, 3000),
+    "base": {"train_path": "auto"},
+}
+REFERENCE_FIELDS = ("seeds", "steps", "checkpoints", "base", "grid", "configs")
 
 
 def _fail(path: str, value: object, allowed: str) -> None:
@@ -101,6 +122,7 @@ class Config:
     n_layers: int = 1
     d_mlp: int = 0
     norm_kind: str = "layernorm"
+    init: str = "book"  # "torch": PyTorch's nn.Linear init (core.model.Init)
     attn_dropout: float = 0.0
     resid_dropout: float = 0.0
     # training (core.training.TrainConfig); the warm-up is capped at half the steps
@@ -111,9 +133,13 @@ class Config:
     warmup: int = 100
     schedule: str = "constant"
     weight_decay: float = 0.0
+    # how train() runs (core.training.TrainPath): the same numbers up to float rounding
+    train_path: str = "reference"
 
     def __post_init__(self) -> None:
         require_choice("task", self.task, TASKS)
+        require_choice("init", self.init, get_args(Init))
+        require_choice("train_path", self.train_path, get_args(TrainPath))
         require_choice("norm", self.norm, PLACEMENTS)
         require_choice("targets", self.targets, TARGETS)
         require_choice("norm_kind", self.norm_kind, get_args(NormKind))
@@ -176,6 +202,7 @@ class Config:
             d_mlp=self.d_mlp,
             norm=self.norm,  # type: ignore[arg-type]
             norm_kind=self.norm_kind,  # type: ignore[arg-type]
+            init=self.init,  # type: ignore[arg-type]
             attn_dropout=self.attn_dropout,
             resid_dropout=self.resid_dropout,
         )
@@ -189,12 +216,14 @@ class Config:
             schedule=self.schedule,  # type: ignore[arg-type]
             weight_decay=self.weight_decay,
             targets=self.targets,  # type: ignore[arg-type]
+            path=self.train_path,  # type: ignore[arg-type]
         )
 
     def label(self, keys: Sequence[str] | None = None) -> str:
         """``task, norm=post, soft`` plus the fields in ``keys`` (a spec's varying
         ones)."""
-        extra = [k for k in (keys or ()) if k not in ("task", "norm", "targets")]
+        skip = ("task", "norm", "targets", "train_path")
+        extra = [k for k in (keys or ()) if k not in skip]
         parts = [self.task, f"norm={self.norm}", self.targets]
         return ", ".join(parts + [f"{k}={getattr(self, k)!r}" for k in extra])
 
@@ -223,7 +252,10 @@ class Spec:
     keeps each configuration's own; an int overrides them all. ``averagers`` maps
     "ema"/"bema" to the factory's options (``{"ema": {"beta": 0.99}}``). ``scales`` are
     the logit scales evaluated (1.0 is the model as trained). ``n_test`` and
-    ``eval_seed`` fix the test sequences.
+    ``eval_seed`` fix the test sequences. ``checkpoints`` are step counts below the
+    last at which the weights are scored too (rows carry their ``step``). ``reference``
+    overrides ``REFERENCE_DEFAULTS`` for :meth:`at_scale` ("reference"); its ``grid``
+    adds axes to the spec's grid, its ``base`` adds fields to the spec's base.
     """
 
     name: str
@@ -238,6 +270,8 @@ class Spec:
     eval_seed: int = 0
     scale: str = "live"
     description: str = ""
+    checkpoints: Sequence[int] = ()
+    reference: Mapping[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name.strip():
@@ -277,6 +311,19 @@ class Spec:
         require_int("n_test", self.n_test, 1)
         require_int("eval_seed", self.eval_seed, 0)
         require_choice("scale", self.scale, SCALES)
+        if self.checkpoints:
+            steps = {c.steps for c in self.configurations()}
+            checkpoints = tuple(
+                sorted(set(require_ints("checkpoints", self.checkpoints, 1)))
+            )
+            if checkpoints[-1] >= min(steps):
+                _fail("checkpoints", self.checkpoints, f"steps below {min(steps)}")
+            object.__setattr__(self, "checkpoints", checkpoints)
+        else:
+            object.__setattr__(self, "checkpoints", ())
+        reference = dict(self.reference)
+        _check_keys("reference", reference, REFERENCE_FIELDS)
+        object.__setattr__(self, "reference", reference)
         if not self.configurations():
             _fail(
                 "configs", self.configs, "at least one configuration (a grid or a list)"
@@ -333,9 +380,24 @@ class Spec:
             changes["seeds"] = tuple(range(require_int("seeds", changes["seeds"], 1)))
         return dataclasses.replace(self, **changes)
 
-    def reference(self) -> Spec:
-        """Issue 19's converged sweep of this experiment: not built yet."""
-        raise NotImplementedError("the reference scale (issue 19) is not built yet")
+    def at_scale(self, scale: str) -> Spec:
+        """This experiment at ``scale``: itself ("live"), or its reference sweep."""
+        require_choice("scale", scale, SCALES)
+        if scale == self.scale:
+            return self
+        if self.scale != "live":
+            _fail("scale", scale, f"'{self.scale}' only (this spec is already scaled)")
+        options = {**REFERENCE_DEFAULTS, **self.reference}
+        base = {**self.base, **REFERENCE_DEFAULTS["base"], **options.pop("base")}
+        grid = {**self.grid, **options.pop("grid", {})}
+        return self.with_overrides(
+            scale="reference",
+            base=base,
+            grid=grid,
+            steps=options.pop("steps"),
+            **options,
+            reference={},
+        )
 
     def to_dict(self) -> dict[str, Any]:
         """Plain JSON-ready data; ``Spec.from_dict(spec.to_dict()) == spec``."""
@@ -354,4 +416,13 @@ class Spec:
         return cls(**data)
 
 
-__all__ = ["CONFIG_FIELDS", "PLACEMENTS", "SCALES", "TASKS", "Config", "Setup", "Spec"]
+__all__ = [
+    "CONFIG_FIELDS",
+    "PLACEMENTS",
+    "REFERENCE_DEFAULTS",
+    "SCALES",
+    "TASKS",
+    "Config",
+    "Setup",
+    "Spec",
+]

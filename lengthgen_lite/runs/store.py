@@ -1,0 +1,217 @@
+"""The reference results store: one JSON file per configuration of a reference sweep,
+committed under ``results/reference/``, so a long sweep survives interruptions and the
+book reads converged numbers without training.
+
+A file is named by its spec and a key: a hash of everything that decides its numbers
+(the configuration's fields, the seeds, the checkpoints, the averagers, the logit
+scales and the test set). :func:`sweep` skips a configuration whose file is there, so
+re-running the same command resumes; change the spec and its files change name, so
+nothing stale is read. Each file holds:
+
+- ``provenance``: git commit (and whether the tree was clean), package, torch, numpy and
+  Python versions, CPU model, threads, wall time and the command;
+- ``rows``: the runner's rows (one per variant, seed, logit scale and checkpoint step,
+  metrics per length), floats rounded to 6 significant digits to keep the store small;
+- ``training``: the loss curve per seed in 60 window means, and at every scored step
+  the plateau share of :func:`~lengthgen_lite.runs.stats.loss_plateau` per seed and
+  whether the seeds' mean has converged.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import math
+import pathlib
+import time
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from ..core.validation import require_choice
+from .results import PROVENANCE_KEYS, ROW_KEYS, Results, provenance
+from .runner import check_run_options, ray_units, run_configuration, sort_rows
+from .spec import Spec
+from .stats import converged, loss_plateau
+
+STORE = pathlib.Path(__file__).resolve().parents[2] / "results" / "reference"
+LOSS_WINDOWS = 60  # window means kept of each seed's loss curve
+DIGITS = 6  # significant digits kept of every stored metric
+FILE_KEYS = ("spec", "config", "key", "provenance", "training", "rows")
+
+
+def _round(x: float) -> float:
+    return x if not math.isfinite(x) else float(f"{x:.{DIGITS}g}")
+
+
+def config_key(spec: Spec, index: int) -> str:
+    """A short hash of what decides configuration ``index``'s numbers."""
+    config = spec.configurations()[index]
+    identity = {
+        "config": dataclasses.asdict(config),
+        "seeds": list(spec.seeds),
+        "checkpoints": list(spec.checkpoints),
+        "averagers": spec.averagers,
+        "scales": list(spec.scales),
+        "n_test": spec.n_test,
+        "eval_seed": spec.eval_seed,
+    }
+    text = json.dumps(identity, sort_keys=True)
+    return hashlib.sha256(text.encode()).hexdigest()[:12]
+
+
+def training_summary(loss: np.ndarray, steps: list[int]) -> dict[str, Any]:
+    """The loss curve in window means [seeds, windows] and, per scored step, the
+    plateau share per seed and whether the seeds' mean has converged."""
+    loss = np.asarray(loss, dtype=float)
+    edges = np.linspace(0, len(loss), LOSS_WINDOWS + 1).astype(int)
+    windows = [loss[a:b].mean(axis=0) for a, b in zip(edges[:-1], edges[1:])]
+    return {
+        "window_ends": [int(b) for b in edges[1:]],
+        "loss_windows": [[_round(float(x)) for x in w] for w in np.array(windows).T],
+        "plateau": {
+            str(step): [_round(float(x)) for x in loss_plateau(loss, step)]
+            for step in steps
+        },
+        "converged": {str(step): converged(loss, step) for step in steps},
+    }
+
+
+class Store:
+    """The files of reference sweeps under ``root`` (default ``results/reference``)."""
+
+    def __init__(self, root: str | pathlib.Path = STORE) -> None:
+        self.root = pathlib.Path(root)
+
+    def folder(self, spec: Spec) -> pathlib.Path:
+        return self.root / spec.name.replace("/", "__")
+
+    def path(self, spec: Spec, index: int) -> pathlib.Path:
+        return self.folder(spec) / f"{index:03d}-{config_key(spec, index)}.json"
+
+    def has(self, spec: Spec, index: int) -> bool:
+        return self.path(spec, index).exists()
+
+    def missing(self, spec: Spec) -> list[int]:
+        """The configurations of ``spec`` with no file yet."""
+        return [i for i in range(len(spec.configurations())) if not self.has(spec, i)]
+
+    def save(
+        self,
+        spec: Spec,
+        index: int,
+        rows: list[dict[str, Any]],
+        loss: np.ndarray,
+        origin: dict[str, Any],
+    ) -> pathlib.Path:
+        """Write configuration ``index``'s rows, training summary and provenance."""
+        steps = sorted({r["step"] for r in rows})
+        rounded = [
+            {
+                k: [_round(x) for x in v] if k not in ROW_KEYS and k != "s" else v
+                for k, v in row.items()
+            }
+            for row in rows
+        ]
+        data = {
+            "spec": spec.to_dict(),
+            "config": index,
+            "key": config_key(spec, index),
+            "provenance": origin,
+            "training": training_summary(loss, steps),
+            "rows": rounded,
+        }
+        path = self.path(spec, index)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        partial = path.with_suffix(".part")
+        partial.write_text(json.dumps(data, indent=None, separators=(",", ":")))
+        partial.replace(path)  # a file is there whole or not at all
+        return path
+
+    def read(self, spec: Spec, index: int) -> dict[str, Any]:
+        """One configuration's file, checked: its fields, key and provenance."""
+        path = self.path(spec, index)
+        if not path.exists():
+            raise ValueError(
+                f"{spec.name} configuration {index} is not in the store ({path}); "
+                f"run: lengthgen-lite run {spec.name} --scale reference"
+            )
+        data = json.loads(path.read_text())
+        if set(data) != set(FILE_KEYS):
+            raise ValueError(f"{path}: fields {sorted(data)}; expected {FILE_KEYS}")
+        if missing := set(PROVENANCE_KEYS) - set(data["provenance"]):
+            raise ValueError(f"{path}: provenance lacks {sorted(missing)}")
+        if data["key"] != config_key(spec, index) or data["config"] != index:
+            raise ValueError(f"{path}: written for another configuration or spec")
+        return data
+
+    def load(self, spec: Spec, partial: bool = False) -> Results:
+        """Every stored configuration of ``spec`` (a reference-scale spec) as one
+        :class:`Results`; ``partial=False`` insists that none is missing."""
+        if spec.scale != "reference":
+            spec = spec.at_scale("reference")
+        if (missing := self.missing(spec)) and not partial:
+            raise ValueError(
+                f"{spec.name} at the reference scale lacks configurations {missing}; "
+                f"run: lengthgen-lite run {spec.name} --scale reference"
+            )
+        files = [
+            self.read(spec, i)
+            for i in range(len(spec.configurations()))
+            if i not in missing
+        ]
+        rows = sort_rows(spec, [row for data in files for row in data["rows"]])
+        origin = {
+            "parts": [data["provenance"] for data in files],
+            "wall_seconds": sum(d["provenance"]["wall_seconds"] for d in files),
+        }
+        training = {data["config"]: data["training"] for data in files}
+        return Results(spec, rows, origin, training=training)
+
+
+def sweep(
+    spec: Spec,
+    store: Store | None = None,
+    backend: str = "local",
+    progress: bool = True,
+    *,
+    ray_address: str | None = None,
+    ray_num_cpus: int | None = None,
+    command: str | None = None,
+    on_saved: Callable[[pathlib.Path], None] | None = None,
+) -> Results:
+    """Train every configuration of ``spec`` at the reference scale that the store
+    lacks, saving each as it lands (Ray: one task per configuration); load them all."""
+    store = Store() if store is None else store
+    if spec.scale != "reference":
+        spec = spec.at_scale("reference")
+    check_run_options(backend, None, ray_address, ray_num_cpus)
+    require_choice("backend", backend, ("local", "ray"))
+    todo = store.missing(spec)
+
+    def save(index: int, rows: list, loss: np.ndarray, wall: float) -> None:
+        path = store.save(spec, index, rows, loss, provenance(wall, command))
+        if on_saved is not None:
+            on_saved(path)
+
+    if backend == "local":
+        for index in todo:
+            start = time.perf_counter()
+            rows, result = run_configuration(spec, index, progress=progress)
+            save(index, rows, result.loss, time.perf_counter() - start)
+    elif todo:
+        units = [(i, list(spec.seeds)) for i in todo]
+        ray_units(
+            spec,
+            units,
+            progress,
+            ray_address,
+            ray_num_cpus,
+            on_done=lambda n, out: save(todo[n], *out),
+        )
+    return store.load(spec)
+
+
+__all__ = ["STORE", "Store", "config_key", "sweep", "training_summary"]

@@ -1,0 +1,89 @@
+import json
+
+import numpy as np
+import pytest
+
+from lengthgen_lite.runs import runner, store
+from lengthgen_lite.runs.results import PROVENANCE_KEYS
+from lengthgen_lite.runs.store import Store, sweep
+from tiny_experiment import tiny_spec
+
+REFERENCE = {"seeds": 3, "steps": 60, "checkpoints": (20, 40)}
+
+
+@pytest.fixture(scope="module")
+def swept(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("store")
+    spec = tiny_spec(reference=REFERENCE)
+    saved = []
+    results = sweep(
+        spec, Store(folder), progress=False, command="pytest", on_saved=saved.append
+    )
+    return spec, folder, saved, results
+
+
+def test_a_sweep_saves_one_file_per_configuration_with_provenance(swept):
+    spec, folder, saved, results = swept
+    assert len(saved) == 2 and all(p.parent.parent == folder for p in saved)
+    data = json.loads(saved[0].read_text())
+    assert set(PROVENANCE_KEYS) <= set(data["provenance"])
+    assert data["provenance"]["command"] == "pytest"
+    assert sorted(data["training"]["converged"]) == ["20", "40", "60"]
+    assert np.array(data["training"]["loss_windows"]).shape == (3, store.LOSS_WINDOWS)
+    assert results.spec.scale == "reference" and results.seeds == [0, 1, 2]
+    assert results.training.keys() == {0, 1}
+
+
+def test_rows_carry_their_checkpoint_and_default_to_the_last_step(swept):
+    _, _, _, results = swept
+    assert {r["step"] for r in results.rows} == {20, 40, 60}
+    last = results.values("tv_beyond", norm="none")
+    np.testing.assert_array_equal(
+        last, results.values("tv_beyond", norm="none", step=60)
+    )
+    early = results.values("tv_beyond", norm="none", step=20)
+    assert early.shape == (3,) and not np.array_equal(early, last)
+
+
+def test_a_second_sweep_resumes_without_training(swept, monkeypatch):
+    spec, folder, _, results = swept
+
+    def no_training(*args, **kwargs):
+        raise AssertionError("a stored configuration was trained again")
+
+    monkeypatch.setattr(store, "run_configuration", no_training)
+    again = sweep(spec, Store(folder), progress=False)
+    assert again.rows == results.rows
+
+
+def test_a_changed_spec_or_a_missing_file_is_a_clear_error(swept, tmp_path):
+    spec, folder, saved, _ = swept
+    more_seeds = tiny_spec(reference=REFERENCE | {"seeds": 4})
+    with pytest.raises(
+        ValueError,
+        match=r"lacks configurations \[0, 1\]; run: lengthgen-lite run "
+        "tiny/placements --scale reference",
+    ):
+        Store(folder).load(more_seeds)
+    assert len(Store(folder).load(more_seeds, partial=True).rows) == 0
+    broken = json.loads(saved[1].read_text())
+    del broken["provenance"]["cpu"]
+    saved[1].write_text(json.dumps(broken))
+    with pytest.raises(ValueError, match=r"provenance lacks \['cpu'\]"):
+        Store(folder).load(spec)
+
+
+def test_stored_metrics_match_a_rerun_of_one_seed(swept):
+    # a configuration's seed trains the same alone as in its batch (up to rounding)
+    spec, folder, _, results = swept
+    ref = spec.at_scale("reference").with_overrides(
+        seeds=[1], checkpoints=[20], steps=40
+    )
+    rows, _ = runner.run_configuration(ref, 1, progress=False)
+    stored = results.curves("tv", config=1, step=20)[1]
+    rerun = next(
+        r
+        for r in rows
+        if r["step"] == 20 and r["variant"] == "raw" and r["scale"] == 1.0
+    )
+    np.testing.assert_allclose(rerun["tv"], stored, rtol=1e-4, atol=1e-5)
