@@ -1,0 +1,106 @@
+"""The reference scale's scorecard rows (``book/reference.ipynb``): each claim a chapter
+asserts on its live run, decided again on the converged sweep in ``results/reference``
+(:mod:`lengthgen_lite.runs.store`), cell by cell of its sensitivity grid, with 95%
+bootstrap intervals over ten seeds.
+
+Each function takes the stored :class:`~lengthgen_lite.runs.Results` of one chapter
+spec at the reference scale and returns a
+:class:`~lengthgen_lite.runs.compare.ReferenceClaim` keyed like the live row.
+"""
+
+from __future__ import annotations
+
+import itertools
+
+from ..runs import Results
+from ..runs.compare import (
+    Effect,
+    ReferenceClaim,
+    level_effects,
+    paired_effects,
+    reference_claim,
+)
+from ..runs.store import Store
+from . import ch1_set_complement as ch1
+from . import ch5_post_norm as ch5
+
+# the live specs whose reference sweeps this page reads, in the book's order
+SPECS = {
+    "ch1/baseline": ch1.SPECS["ch1/baseline"],
+    "ch5/placements": ch5.SPECS["ch5/placements"],
+    "ch5/dropout": ch5.SPECS["ch5/dropout"],
+}
+
+
+def load(name: str, store: Store | None = None) -> Results:
+    """The stored reference sweep of ``SPECS[name]`` (every configuration, or a
+    ValueError saying which command makes the missing ones)."""
+    if name not in SPECS:
+        raise ValueError(f"no reference sweep named {name!r}; allowed: {list(SPECS)}")
+    return (Store() if store is None else store).load(SPECS[name])
+
+
+def configs_where(results: Results, **where: object) -> list[int]:
+    """The indices of the configurations matching ``where`` (config fields)."""
+    return sorted({r["config"] for r in results.select(**where)})
+
+
+def loss_examples(placements: Results) -> list[int]:
+    """The loss curves the page draws: no norm and post-norm, both target kinds, the
+    book's init and learning rate."""
+    return configs_where(placements, norm="none", init="book", lr=3e-3) + configs_where(
+        placements, norm="post", init="book", lr=3e-3
+    )
+
+
+def fails(baseline: Results) -> ReferenceClaim:
+    """Chapter 1's premise: the soft-target model's TV at the longest length stays above
+    0.5 (the live row's threshold) in every cell."""
+    effects = level_effects(baseline, "tv_longest", minus=0.5, targets="soft")
+    return reference_claim(
+        "ch1-score-fails", effects, "soft targets, TV at s = v - 1 minus 0.5"
+    )
+
+
+def postnorm(placements: Results) -> ReferenceClaim:
+    """Chapter 5's headline: post-norm lowers the TV beyond the training lengths
+    against no norm, in every cell (target kind x init x learning rate)."""
+    effects = paired_effects(
+        placements, "tv_beyond", treated={"norm": "post"}, control={"norm": "none"}
+    )
+    return reference_claim(
+        "ch5-score-postnorm", effects, "TV beyond L, no norm minus post-norm"
+    )
+
+
+DROPOUT_RATES = (0.0, 0.1, 0.3)
+
+
+def dropout(sweep: Results) -> ReferenceClaim:
+    """The first paper version's remedy: dropout (on the attention pattern, the
+    residual, or both, at 0.1 or 0.3) lowers the no-norm model's TV beyond the
+    training lengths, in every cell (target kind x init)."""
+    control = {"attn_dropout": 0.0, "resid_dropout": 0.0}
+    effects: list[Effect] = []
+    for attn, resid in itertools.product(DROPOUT_RATES, DROPOUT_RATES):
+        if attn == resid == 0.0:
+            continue
+        treated = {"attn_dropout": attn, "resid_dropout": resid}
+        for effect in paired_effects(sweep, "tv_beyond", treated, control):
+            cell = effect.cell | treated
+            effects.append(Effect(cell, effect.step, effect.interval, effect.converged))
+    return reference_claim(
+        "ch5-score-dropout", effects, "TV beyond L, no dropout minus dropout"
+    )
+
+
+__all__ = [
+    "DROPOUT_RATES",
+    "SPECS",
+    "configs_where",
+    "dropout",
+    "fails",
+    "load",
+    "loss_examples",
+    "postnorm",
+]
