@@ -196,7 +196,8 @@ SPECS: dict[str, Spec] = {
         grid={"targets": TARGETS, "norm": PLACEMENTS},
         base=BASELINE,
         seeds=SEEDS,
-        reference={"grid": REFERENCE_AXES},
+        # the reference sweep keeps the placements the scorecard's claims compare
+        reference={"grid": {"norm": ("none", "post", "attn_out"), **REFERENCE_AXES}},
     ),
     "ch5/deeper": Spec(
         name="ch5/deeper",

@@ -89,7 +89,9 @@ class Store:
         return self.root / spec.name.replace("/", "__")
 
     def path(self, spec: Spec, index: int) -> pathlib.Path:
-        return self.folder(spec) / f"{index:03d}-{config_key(spec, index)}.json"
+        """Named by content, not position: a grid that gains or loses a value keeps
+        the files of the configurations it still has."""
+        return self.folder(spec) / f"{config_key(spec, index)}.json"
 
     def has(self, spec: Spec, index: int) -> bool:
         return self.path(spec, index).exists()
@@ -143,8 +145,10 @@ class Store:
             raise ValueError(f"{path}: fields {sorted(data)}; expected {FILE_KEYS}")
         if missing := set(PROVENANCE_KEYS) - set(data["provenance"]):
             raise ValueError(f"{path}: provenance lacks {sorted(missing)}")
-        if data["key"] != config_key(spec, index) or data["config"] != index:
+        if data["key"] != config_key(spec, index):
             raise ValueError(f"{path}: written for another configuration or spec")
+        data["rows"] = [row | {"config": index} for row in data["rows"]]
+        data["config"] = index  # its place in this spec's grid
         return data
 
     def load(self, spec: Spec, partial: bool = False) -> Results:
