@@ -66,6 +66,8 @@ def test_a_changed_spec_or_a_missing_file_is_a_clear_error(swept, tmp_path):
     ):
         Store(folder).load(more_seeds)
     assert len(Store(folder).load(more_seeds, partial=True).rows) == 0
+    assert Store(folder).stale(more_seeds) == sorted(saved)
+    assert Store(folder).stale(spec) == []
     broken = json.loads(saved[1].read_text())
     del broken["provenance"]["cpu"]
     saved[1].write_text(json.dumps(broken))

@@ -97,8 +97,16 @@ class Store:
         return self.path(spec, index).exists()
 
     def missing(self, spec: Spec) -> list[int]:
-        """The configurations of ``spec`` with no file yet."""
+        """The configurations of ``spec`` (at the reference scale) with no file yet."""
+        spec = spec.at_scale("reference")
         return [i for i in range(len(spec.configurations())) if not self.has(spec, i)]
+
+    def stale(self, spec: Spec) -> list[pathlib.Path]:
+        """Files in ``spec``'s folder that no configuration of it reads any more (left
+        by an earlier version of the spec: delete them with the change)."""
+        spec = spec.at_scale("reference")
+        keys = {config_key(spec, i) for i in range(len(spec.configurations()))}
+        return sorted(p for p in self.folder(spec).glob("*.json") if p.stem not in keys)
 
     def save(
         self,
@@ -154,8 +162,7 @@ class Store:
     def load(self, spec: Spec, partial: bool = False) -> Results:
         """Every stored configuration of ``spec`` (a reference-scale spec) as one
         :class:`Results`; ``partial=False`` insists that none is missing."""
-        if spec.scale != "reference":
-            spec = spec.at_scale("reference")
+        spec = spec.at_scale("reference")
         if (missing := self.missing(spec)) and not partial:
             raise ValueError(
                 f"{spec.name} at the reference scale lacks configurations {missing}; "
@@ -189,8 +196,7 @@ def sweep(
     """Train every configuration of ``spec`` at the reference scale that the store
     lacks, saving each as it lands (Ray: one task per configuration); load them all."""
     store = Store() if store is None else store
-    if spec.scale != "reference":
-        spec = spec.at_scale("reference")
+    spec = spec.at_scale("reference")
     check_run_options(backend, None, ray_address, ray_num_cpus)
     require_choice("backend", backend, ("local", "ray"))
     todo = store.missing(spec)
