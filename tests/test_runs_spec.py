@@ -3,6 +3,14 @@ import json
 import pytest
 
 from lengthgen_lite.chapters import ch1_set_complement as ch1
+from lengthgen_lite.chapters import ch4_vanishing_variance as ch4
+from lengthgen_lite.core.retrieval import (
+    RETRIEVAL_VARIANTS,
+    ArgmaxRetrieval,
+    DictionaryLookup,
+    retrieval_config,
+)
+from lengthgen_lite.core.training import TrainConfig
 from lengthgen_lite.runs.spec import CONFIG_FIELDS, REFERENCE_DEFAULTS, Config, Spec
 from tiny_experiment import TINY, tiny_spec
 
@@ -70,6 +78,18 @@ def test_chapter_one_baseline_is_the_config_default_setup():
             "d_model=10 is not divisible by n_heads=3",
         ),
         ({"configs": [{"task": "chess"}]}, "configs\\[0\\]: unknown task 'chess'"),
+        (
+            {"configs": [{"task": "argmax_retrieval", "test_length": 100}]},
+            "test_length=100 is invalid; allowed: a power of two >= 8",
+        ),
+        (
+            {"configs": [{"task": "dictionary_lookup", "test_length": 2048}]},
+            "test_length=2048 is invalid; allowed: at most n_keys=1024",
+        ),
+        (
+            {"configs": [{"task": "argmax_retrieval", "train_length": 1}]},
+            "train_length=1 is invalid; allowed: 2..the task's largest set",
+        ),
         ({"seeds": (0, 0)}, "distinct seeds"),
         ({"seeds": (-1,)}, "seeds must be a non-empty sequence of integers >= 0"),
         (
@@ -88,6 +108,24 @@ def test_chapter_one_baseline_is_the_config_default_setup():
 def test_bad_specs_name_the_field(changes, message):
     with pytest.raises(ValueError, match=message):
         tiny_spec(**changes)
+
+
+def test_chapter_four_retrieval_configs_are_its_models_and_training():
+    configs = ch4.SPECS["ch4/retrieval"].configurations()
+    tasks = {
+        "argmax_retrieval": ArgmaxRetrieval(),
+        "dictionary_lookup": DictionaryLookup(),
+    }
+    training = TrainConfig(
+        steps=1000, batch=64, warmup=100, schedule="cosine", weight_decay=0.01
+    )
+    for config, variant in zip(configs, list(RETRIEVAL_VARIANTS) * 2):
+        setup = config.setup()
+        assert setup.task == tasks[config.task]
+        assert config.model_config() == retrieval_config(setup.task, variant)
+        assert config.train_config() == training
+        assert setup.sizes == ch4.TEST_SIZES and setup.train_length == 16
+    assert Config().setup().sizes == ()  # the other tasks test every length
 
 
 def test_every_config_field_is_checked_by_type():
