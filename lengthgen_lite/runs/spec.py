@@ -118,7 +118,8 @@ class Config:
     symbols; a retrieval task: sets of 2..16 items, tested at N = 8, 16, ..., 1024).
     A retrieval task's model is chapter 4's ``RetrievalTransformer`` (no causal mask,
     only the query attends); its variants are ``norm`` "none" or "attn_out" with
-    ``norm_kind`` "layernorm" or "standardize".
+    ``norm_kind`` "layernorm" or "standardize"; ``item_mlp`` > 0 gives it an item MLP
+    of that width. ``attn_bias`` puts biases on W_V and W_O (any task).
     """
 
     task: str = "set_complement"
@@ -135,6 +136,10 @@ class Config:
     d_mlp: int = 0
     norm_kind: str = "layernorm"
     init: str = "book"  # "torch": PyTorch's nn.Linear init (core.model.Init)
+    # reviewers' components (issue 19): biases on W_V/W_O; a retrieval task's item MLP
+    # width (0: none)
+    attn_bias: bool = False
+    item_mlp: int = 0
     attn_dropout: float = 0.0
     resid_dropout: float = 0.0
     # training (core.training.TrainConfig); the warm-up is capped at half the steps
@@ -167,7 +172,11 @@ class Config:
             "batch",
         ):
             require_int(name, getattr(self, name), 1)
-        for name in ("d_mlp", "warmup"):
+        if not isinstance(self.attn_bias, bool):
+            _fail("attn_bias", self.attn_bias, "False, True")
+        if self.task not in RETRIEVAL_TASKS and self.item_mlp != 0:
+            _fail("item_mlp", self.item_mlp, "0 (an item MLP is a retrieval task's)")
+        for name in ("d_mlp", "warmup", "item_mlp"):
             require_int(name, getattr(self, name), 0)
         for name in ("train_length", "test_length"):
             if getattr(self, name) is not None:
@@ -238,6 +247,8 @@ class Config:
             norm=self.norm,  # type: ignore[arg-type]
             norm_kind=self.norm_kind,  # type: ignore[arg-type]
             init=self.init,  # type: ignore[arg-type]
+            attn_bias=self.attn_bias,
+            item_mlp=self.item_mlp,
             attn_dropout=self.attn_dropout,
             resid_dropout=self.resid_dropout,
             **retrieval,  # type: ignore[arg-type]

@@ -40,6 +40,9 @@ STORE = pathlib.Path(__file__).resolve().parents[2] / "results" / "reference"
 LOSS_WINDOWS = 60  # window means kept of each seed's loss curve
 DIGITS = 6  # significant digits kept of every stored metric
 FILE_KEYS = ("spec", "config", "key", "provenance", "training", "rows")
+# Config fields added after files were stored: left out of the key at their default
+# (which is what the older files trained with), so those files keep their names.
+LATER_FIELDS = {"attn_bias": False, "item_mlp": 0}
 
 
 def _round(x: float) -> float:
@@ -48,9 +51,12 @@ def _round(x: float) -> float:
 
 def config_key(spec: Spec, index: int) -> str:
     """A short hash of what decides configuration ``index``'s numbers."""
-    config = spec.configurations()[index]
+    config = dataclasses.asdict(spec.configurations()[index])
+    for name, default in LATER_FIELDS.items():
+        if config[name] == default:
+            del config[name]
     identity = {
-        "config": dataclasses.asdict(config),
+        "config": config,
         "seeds": list(spec.seeds),
         "checkpoints": list(spec.checkpoints),
         "averagers": spec.averagers,
