@@ -21,6 +21,7 @@ norm. :func:`field` and :func:`fields` read them back from the ``Results``.
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -415,6 +416,37 @@ TASK_IDS = {
     "dictionary lookup": "dictionary_lookup",
 }
 SEEDS = (0, 1, 2)
+# The reference scale's sensitivity axes (issue 19); the steps axis is the checkpoints
+# (1000, 3000, 6000). The book's init against PyTorch's own, two learning rates.
+REFERENCE_AXES = {"init": ("book", "torch"), "lr": (1e-3, 3e-3)}
+# The reviewers' components, each against its absence in every cell: an item MLP
+# (hidden width) for argmax retrieval; biases on W_V/W_O for the mean drift (every
+# task and variant: the drift row covers all six models).
+ITEM_MLP = 64
+REFERENCE_COMPONENTS = {
+    "argmax_retrieval": ({}, {"attn_bias": True}, {"item_mlp": ITEM_MLP}),
+    "dictionary_lookup": ({}, {"attn_bias": True}),
+}
+
+
+def reference_configs() -> list[dict[str, object]]:
+    """The reference sweep's configurations: per task, its components x the three
+    variants x init x lr (a list, not a grid: a variant is two fields, and the item MLP
+    is argmax retrieval's only).
+
+    Constant learning rate after the warm-up, not the live run's cosine: a checkpoint
+    of a constant-rate run is the shorter run's end, so the checkpoints are honest
+    budgets (the steps axis) and the store's re-run check can retrain one seed to the
+    first checkpoint; the two learning rates stand in for the annealed one."""
+    return [
+        {"task": task, **component, **variant, "init": init, "lr": lr}
+        for task, components in REFERENCE_COMPONENTS.items()
+        for component in components
+        for variant in RETRIEVAL_VARIANTS.values()
+        for init, lr in itertools.product(*REFERENCE_AXES.values())
+    ]
+
+
 SPECS: dict[str, Spec] = {
     "ch4/retrieval": Spec(
         name="ch4/retrieval",
@@ -442,6 +474,7 @@ SPECS: dict[str, Spec] = {
         },
         seeds=SEEDS,
         n_test=500,  # test sets per N, the same for every model
+        reference={"configs": reference_configs(), "base": {"schedule": "constant"}},
     )
 }
 register_evaluation("retrieval", evaluate_sizes)
