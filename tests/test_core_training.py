@@ -1,3 +1,5 @@
+import copy
+
 import numpy as np
 import pytest
 import torch
@@ -398,10 +400,13 @@ def test_fast_forward_is_the_same_function(norm):
         ModelConfig(vocab_size=8, d_model=16, n_heads=2, n_layers=2, d_mlp=8, norm=norm)
     )
     tokens = TASK.sample_train_batch(16, 5, make_generator(0)).inputs
+    # Equal up to rounding: each form is about as far from the exact (float64) function
+    # as the plain float32 forward is (the tables reassociate products, e.g. W_O).
+    exact = copy.deepcopy(model).double()(tokens)
+    plain = (model(tokens).double() - exact).abs().max()
     for tables, broadcast in ((True, False), (False, True), (True, True)):
-        torch.testing.assert_close(
-            model(tokens, tables, broadcast), model(tokens), rtol=1e-5, atol=1e-6
-        )
+        error = (model(tokens, tables, broadcast).double() - exact).abs().max()
+        assert error <= 4 * plain, (tables, broadcast, float(error), float(plain))
 
 
 def test_tables_need_a_model_without_positions():

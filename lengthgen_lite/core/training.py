@@ -278,6 +278,77 @@ def _chunked_batches(
         )
 
 
+def _adamw_rows(cfg: TrainConfig, beta1: float, beta2: float) -> Tensor:
+    """[steps, 4] float32: step t's (1 - lr_t * weight_decay, -lr_t / (1 - beta1^s),
+    sqrt(1 - beta2^s), 0) with s = t + 1, each computed in double as ``torch.optim.AdamW``
+    (single-tensor, float lr) and ``LambdaLR`` compute them for the reference path.
+
+    Rows of four floats are 16-byte aligned, so each step's row is passed to the
+    compiled step as a view without a copy.
+    """
+    rows = []
+    for t in range(cfg.steps):
+        lr, s = cfg.lr * cfg.lr_factor(t), t + 1
+        rows.append(
+            (1 - lr * cfg.weight_decay, -lr / (1 - beta1**s), (1 - beta2**s) ** 0.5, 0)
+        )
+    return torch.tensor(rows, dtype=torch.float64).float()
+
+
+def _compiled_step(
+    gradients: Callable[[StackedParams, Batch], tuple[StackedParams, tuple]],
+    params: StackedParams,
+    optimizer: torch.optim.AdamW,
+    cfg: TrainConfig,
+) -> Callable[[Batch, int], Tensor]:
+    """The whole training step as one compiled graph: forward, backward and AdamW.
+
+    ``torch.optim.AdamW.step`` under ``LambdaLR`` breaks the graph (dynamo skips it), and
+    the optimizer then ran as several small graphs and eager code per step, about half a
+    step's time. Here AdamW is the reference's single-tensor update written out, its
+    hyperparameters read from ``optimizer`` (which is not stepped), and the learning rate
+    schedule and bias corrections are a precomputed per-step row (``_adamw_rows``), so
+    no Python number changes between steps and nothing recompiles. Updates params in
+    place; returns the [K] losses.
+    """
+    groups = optimizer.param_groups
+    (beta1, beta2), eps = groups[0]["betas"], groups[0]["eps"]
+    if any(
+        (g["betas"], g["eps"], g["lr"], g["amsgrad"], g["maximize"])
+        != ((beta1, beta2), eps, cfg.lr, False, False)
+        for g in groups
+    ) or {g["weight_decay"] for g in groups} - {0.0, cfg.weight_decay}:
+        raise ValueError(f"the compiled step has no AdamW for groups {groups!r}")
+    decayed = {
+        id(p) for g in groups if g["weight_decay"] > 0 for p in g["params"]
+    }
+    decays = {name: id(p) in decayed for name, p in params.items()}
+    exp_avg = {name: torch.zeros_like(p) for name, p in params.items()}
+    exp_avg_sq = {name: torch.zeros_like(p) for name, p in params.items()}
+    rows = _adamw_rows(cfg, beta1, beta2).unbind(0)
+
+    def step(data: Batch, row: Tensor) -> Tensor:
+        grads, (_, loss) = gradients(params, data)
+        decay, step_size, bias_correction2_sqrt = row[0], row[1], row[2]
+        for name, p in params.items():
+            g, m, v = grads[name], exp_avg[name], exp_avg_sq[name]
+            if decays[name]:
+                p.mul_(decay)
+            m.lerp_(g, 1 - beta1)
+            v.mul_(beta2).addcmul_(g, g, value=1 - beta2)
+            # the reference's addcdiv_: p + value * m / denom
+            p.add_(step_size * m / ((v.sqrt() / bias_correction2_sqrt) + eps))
+        return loss
+
+    os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(INDUCTOR_CACHE))
+    # Every training compiles its own step (its own parameters); without a reset,
+    # dynamo's limit of 8 compilations per function would silently run the ninth
+    # training eagerly.
+    torch._dynamo.reset()
+    compiled = torch.compile(step, dynamic=False, fullgraph=True)
+    return lambda data, t: compiled(data, rows[t])
+
+
 @dataclass(frozen=True)
 class PathPlan:
     """Which parts of the fast path a training uses; every part off is the reference
@@ -376,6 +447,10 @@ def train(
     plan = plan_path(model_cfg, task, cfg, len(seeds), model_class)
 
     params, buffers = stack_module_state(models)  # name -> [K, *shape]
+    if plan.compiled:
+        # updated in place inside the compiled step, which takes gradients by torch.func
+        for p in params.values():
+            p.requires_grad_(False)
     template = copy.deepcopy(models[0])
     base = copy.deepcopy(models[0]).to("meta").train()
     forward_kwargs = (
@@ -396,15 +471,10 @@ def train(
         )
 
     batched_loss = vmap(loss_one, randomness="different")
-    # A tensor lr: the compiled step reads it, so the schedule changes it without a
-    # recompile.
-    lr = torch.tensor(cfg.lr) if plan.compiled else cfg.lr
     optimizer = torch.optim.AdamW(
-        _param_groups(template, params, cfg.weight_decay), lr=lr
+        _param_groups(template, params, cfg.weight_decay), lr=cfg.lr
     )
-    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, cfg.lr_factor)
     watchers = {name: make(params) for name, make in (averagers or {}).items()}
-    losses = np.zeros((cfg.steps, len(seeds)), dtype=np.float32)
 
     def summed_loss(p: StackedParams, data: Batch) -> tuple[Tensor, Tensor]:
         # [K]
@@ -413,23 +483,23 @@ def train(
         )
         return loss.sum(), loss.detach()
 
-    def step_fn(data: Batch) -> Tensor:
-        # Gradients by torch.func rather than .backward(): the same numbers eagerly (bit
-        # for bit), and torch.compile traces forward and backward as one graph (it stops
-        # at a .backward() call).
-        grads, (_, loss) = grad_and_value(summed_loss, has_aux=True)(params, data)
-        for name, p in params.items():
-            p.grad = grads[name]
-        optimizer.step()
-        return loss
-
+    # Gradients by torch.func rather than .backward(): the same numbers eagerly (bit for
+    # bit), and torch.compile traces forward and backward as one graph (it stops at a
+    # .backward() call).
+    gradients = grad_and_value(summed_loss, has_aux=True)
     if plan.compiled:
-        os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(INDUCTOR_CACHE))
-        # Every training compiles its own step (its own parameters); without a reset,
-        # dynamo's limit of 8 compilations per function would silently run the ninth
-        # training eagerly.
-        torch._dynamo.reset()
-        step_fn = torch.compile(step_fn, dynamic=False)
+        step_fn = _compiled_step(gradients, params, optimizer, cfg)
+    else:
+        scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, cfg.lr_factor)
+
+        def step_fn(data: Batch, step: int) -> Tensor:
+            grads, (_, loss) = gradients(params, data)
+            for name, p in params.items():
+                p.grad = grads[name]
+            optimizer.step()
+            scheduler.step()
+            return loss
+
     batches = (
         _chunked_batches(task, cfg, data_streams)
         if plan.chunked_data
@@ -455,9 +525,10 @@ def train(
         }
 
     snapshots: dict[int, dict[str, list[nn.Module]]] = {}
+    # each step's [K] losses stay tensors until the end: no copy out per step
+    losses: list[Tensor] = []
     for step, data in zip(bar, batches):
-        losses[step] = step_fn(data).numpy()
-        scheduler.step()
+        losses.append(step_fn(data, step))
         with torch.no_grad():
             for watcher in watchers.values():
                 watcher.update(params, step + 1)
@@ -467,4 +538,4 @@ def train(
 
     final = weights()
     raw = final.pop("raw")
-    return TrainResult(raw, final, losses, seeds, snapshots)
+    return TrainResult(raw, final, torch.stack(losses).numpy(), seeds, snapshots)
