@@ -272,7 +272,9 @@ class Attention(nn.Module):
             # step's matmul FLOPs otherwise). z is never formed, so hook_z is not
             # called.
             W_O = self.W_O.weight.view(-1, self.n_heads, self.d_head)
-            ov = torch.einsum("vhe,dhe->vhd", self.W_V(x).view(x.shape[0], *W_O.shape[1:]), W_O)
+            ov = torch.einsum(
+                "vhe,dhe->vhd", self.W_V(x).view(x.shape[0], *W_O.shape[1:]), W_O
+            )
             # [batch, head, T, d_model]
             ov = F.embedding(tokens, ov.flatten(1)).view(B, T, self.n_heads, -1)
             out = _matmul(pattern, ov.transpose(1, 2), broadcast)

@@ -280,8 +280,8 @@ def _chunked_batches(
 
 def _adamw_rows(cfg: TrainConfig, beta1: float, beta2: float) -> Tensor:
     """[steps, 4] float32: step t's (1 - lr_t * weight_decay, -lr_t / (1 - beta1^s),
-    sqrt(1 - beta2^s), 0) with s = t + 1, each computed in double as ``torch.optim.AdamW``
-    (single-tensor, float lr) and ``LambdaLR`` compute them for the reference path.
+    sqrt(1 - beta2^s), 0) with s = t + 1, each in double as ``torch.optim.AdamW``
+    (single-tensor, float lr) and ``LambdaLR`` compute them on the reference path.
 
     Rows of four floats are 16-byte aligned, so each step's row is passed to the
     compiled step as a view without a copy.
@@ -295,21 +295,70 @@ def _adamw_rows(cfg: TrainConfig, beta1: float, beta2: float) -> Tensor:
     return torch.tensor(rows, dtype=torch.float64).float()
 
 
+Gradients = Callable[
+    [StackedParams, StackedParams, Batch], tuple[StackedParams, tuple[Tensor, Tensor]]
+]
+
+
+def _gradients(base: nn.Module, forward_kwargs: Mapping[str, bool]) -> Gradients:
+    """(params, buffers, batch) -> (per-seed gradients, (summed loss, [K] losses)).
+
+    ``base`` is a model on the meta device: only its structure is used. Gradients by
+    torch.func rather than .backward(): the same numbers eagerly (bit for bit), and
+    torch.compile traces forward and backward as one graph (it stops at a .backward()
+    call).
+    """
+
+    def loss_one(
+        p: StackedParams,
+        b: StackedParams,
+        inputs: Tensor,
+        targets: Tensor,
+        mask: Tensor,
+    ) -> Tensor:
+        return training_loss(
+            functional_call(base, (p, b), (inputs,), dict(forward_kwargs)),
+            targets,
+            mask,
+        )
+
+    batched_loss = vmap(loss_one, randomness="different")
+
+    def summed_loss(
+        p: StackedParams, b: StackedParams, data: Batch
+    ) -> tuple[Tensor, Tensor]:
+        # [K]
+        loss = batched_loss(p, b, data.inputs, data.targets, data.loss_mask.float())
+        return loss.sum(), loss.detach()
+
+    return grad_and_value(summed_loss, has_aux=True)
+
+
+# the compiled step of the last compiled training, by what its graph depends on
+_COMPILED: dict[tuple, Callable[..., Tensor]] = {}
+
+
 def _compiled_step(
-    gradients: Callable[[StackedParams, Batch], tuple[StackedParams, tuple]],
+    template: nn.Module,
+    model_cfg: ModelConfig,
+    size: int,
+    forward_kwargs: Mapping[str, bool],
     params: StackedParams,
+    buffers: StackedParams,
     optimizer: torch.optim.AdamW,
     cfg: TrainConfig,
 ) -> Callable[[Batch, int], Tensor]:
     """The whole training step as one compiled graph: forward, backward and AdamW.
 
-    ``torch.optim.AdamW.step`` under ``LambdaLR`` breaks the graph (dynamo skips it), and
-    the optimizer then ran as several small graphs and eager code per step, about half a
-    step's time. Here AdamW is the reference's single-tensor update written out, its
-    hyperparameters read from ``optimizer`` (which is not stepped), and the learning rate
-    schedule and bias corrections are a precomputed per-step row (``_adamw_rows``), so
-    no Python number changes between steps and nothing recompiles. Updates params in
-    place; returns the [K] losses.
+    ``torch.optim.AdamW.step`` under ``LambdaLR`` breaks the graph (dynamo skips it),
+    and the optimizer then ran as several small graphs and eager code per step, about
+    half a step's time. Here AdamW is the reference's single-tensor update written out,
+    its hyperparameters read from ``optimizer`` (which is not stepped), and the learning
+    rate schedule and bias corrections are a precomputed per-step row
+    (``_adamw_rows``), so no Python number changes between steps. Every tensor is an
+    argument, so the next training with the same model, seeds count and optimizer
+    (any lr, schedule, weight decay > 0 or steps) reuses the compiled graph instead of
+    tracing it again. Updates params in place; returns the [K] losses.
     """
     groups = optimizer.param_groups
     (beta1, beta2), eps = groups[0]["betas"], groups[0]["eps"]
@@ -319,34 +368,46 @@ def _compiled_step(
         for g in groups
     ) or {g["weight_decay"] for g in groups} - {0.0, cfg.weight_decay}:
         raise ValueError(f"the compiled step has no AdamW for groups {groups!r}")
-    decayed = {
-        id(p) for g in groups if g["weight_decay"] > 0 for p in g["params"]
-    }
-    decays = {name: id(p) in decayed for name, p in params.items()}
+    decayed = {id(p) for g in groups if g["weight_decay"] > 0 for p in g["params"]}
+    decays = tuple(id(p) in decayed for p in params.values())
+    K = next(iter(params.values())).shape[0]
+    key = (model_cfg, type(template), tuple(forward_kwargs.items()), K, decays)
+    key += (cfg.batch, size, beta1, beta2, eps)
+    if key not in _COMPILED:
+        base = copy.deepcopy(template).to("meta").train()
+        gradients = _gradients(base, forward_kwargs)
+
+        def step(
+            params: StackedParams,
+            buffers: StackedParams,
+            exp_avg: StackedParams,
+            exp_avg_sq: StackedParams,
+            data: Batch,
+            row: Tensor,
+        ) -> Tensor:
+            grads, (_, loss) = gradients(params, buffers, data)
+            decay, step_size, bias_correction2_sqrt = row[0], row[1], row[2]
+            for (name, p), decays_p in zip(params.items(), decays):
+                g, m, v = grads[name], exp_avg[name], exp_avg_sq[name]
+                if decays_p:
+                    p.mul_(decay)
+                m.lerp_(g, 1 - beta1)
+                v.mul_(beta2).addcmul_(g, g, value=1 - beta2)
+                # the reference's addcdiv_: p + value * m / denom
+                p.add_(step_size * m / ((v.sqrt() / bias_correction2_sqrt) + eps))
+            return loss
+
+        os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(INDUCTOR_CACHE))
+        # One graph kept at a time: dynamo allows 8 compilations per function and would
+        # silently run further ones eagerly.
+        _COMPILED.clear()
+        torch._dynamo.reset()
+        _COMPILED[key] = torch.compile(step, dynamic=False, fullgraph=True)
+    compiled = _COMPILED[key]
     exp_avg = {name: torch.zeros_like(p) for name, p in params.items()}
     exp_avg_sq = {name: torch.zeros_like(p) for name, p in params.items()}
     rows = _adamw_rows(cfg, beta1, beta2).unbind(0)
-
-    def step(data: Batch, row: Tensor) -> Tensor:
-        grads, (_, loss) = gradients(params, data)
-        decay, step_size, bias_correction2_sqrt = row[0], row[1], row[2]
-        for name, p in params.items():
-            g, m, v = grads[name], exp_avg[name], exp_avg_sq[name]
-            if decays[name]:
-                p.mul_(decay)
-            m.lerp_(g, 1 - beta1)
-            v.mul_(beta2).addcmul_(g, g, value=1 - beta2)
-            # the reference's addcdiv_: p + value * m / denom
-            p.add_(step_size * m / ((v.sqrt() / bias_correction2_sqrt) + eps))
-        return loss
-
-    os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(INDUCTOR_CACHE))
-    # Every training compiles its own step (its own parameters); without a reset,
-    # dynamo's limit of 8 compilations per function would silently run the ninth
-    # training eagerly.
-    torch._dynamo.reset()
-    compiled = torch.compile(step, dynamic=False, fullgraph=True)
-    return lambda data, t: compiled(data, rows[t])
+    return lambda data, t: compiled(params, buffers, exp_avg, exp_avg_sq, data, rows[t])
 
 
 @dataclass(frozen=True)
@@ -452,48 +513,28 @@ def train(
         for p in params.values():
             p.requires_grad_(False)
     template = copy.deepcopy(models[0])
-    base = copy.deepcopy(models[0]).to("meta").train()
     forward_kwargs = (
         {"tables": plan.token_tables, "broadcast": plan.compiled}
         if plan.fast_model
         else {}
     )
-
-    def loss_one(
-        p: StackedParams,
-        b: StackedParams,
-        inputs: Tensor,
-        targets: Tensor,
-        mask: Tensor,
-    ) -> Tensor:
-        return training_loss(
-            functional_call(base, (p, b), (inputs,), forward_kwargs), targets, mask
-        )
-
-    batched_loss = vmap(loss_one, randomness="different")
     optimizer = torch.optim.AdamW(
         _param_groups(template, params, cfg.weight_decay), lr=cfg.lr
     )
     watchers = {name: make(params) for name, make in (averagers or {}).items()}
-
-    def summed_loss(p: StackedParams, data: Batch) -> tuple[Tensor, Tensor]:
-        # [K]
-        loss = batched_loss(
-            p, buffers, data.inputs, data.targets, data.loss_mask.float()
-        )
-        return loss.sum(), loss.detach()
-
-    # Gradients by torch.func rather than .backward(): the same numbers eagerly (bit for
-    # bit), and torch.compile traces forward and backward as one graph (it stops at a
-    # .backward() call).
-    gradients = grad_and_value(summed_loss, has_aux=True)
     if plan.compiled:
-        step_fn = _compiled_step(gradients, params, optimizer, cfg)
+        (size,) = task.train_sizes()
+        step_fn = _compiled_step(
+            template, model_cfg, size, forward_kwargs, params, buffers, optimizer, cfg
+        )
     else:
+        gradients = _gradients(
+            copy.deepcopy(models[0]).to("meta").train(), forward_kwargs
+        )
         scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, cfg.lr_factor)
 
         def step_fn(data: Batch, step: int) -> Tensor:
-            grads, (_, loss) = gradients(params, data)
+            grads, (_, loss) = gradients(params, buffers, data)
             for name, p in params.items():
                 p.grad = grads[name]
             optimizer.step()
