@@ -345,18 +345,31 @@ def test_fast_path_trains_what_the_reference_path_trains(model_kwargs, targets):
 @pytest.mark.filterwarnings(
     "ignore:The .grad attribute of a Tensor that is not a leaf Tensor:UserWarning"
 )
-def test_compiled_path_trains_what_the_reference_path_trains():
+@pytest.mark.parametrize("weight_decay", [0.0, 0.1])
+def test_compiled_path_trains_what_the_reference_path_trains(weight_decay):
     model_cfg = ModelConfig(vocab_size=8, d_model=16, norm="post")
-    cfg = TrainConfig(
-        steps=30, warmup=5, batch=32, lr=1e-2, targets="sampled", schedule="cosine"
+    first = TrainConfig(
+        steps=30,
+        warmup=5,
+        batch=32,
+        lr=1e-2,
+        targets="sampled",
+        schedule="cosine",
+        weight_decay=weight_decay,
     )
-    runs = {
-        path: train(
-            model_cfg, TASK, replace(cfg, path=path), seeds=SEEDS, progress=False
-        )
-        for path in ("reference", "compiled")
-    }
-    assert_same_training(runs["reference"], runs["compiled"], TASK.v)
+    # the second compiled training (another lr, schedule and length) reuses the first
+    # one's compiled step: no new graph
+    second = replace(first, lr=3e-3, steps=20, warmup=0, schedule="constant")
+    for cfg in (first, second):
+        graphs = torch._dynamo.utils.counters["stats"]["unique_graphs"]
+        runs = {
+            path: train(
+                model_cfg, TASK, replace(cfg, path=path), seeds=SEEDS, progress=False
+            )
+            for path in ("reference", "compiled")
+        }
+        assert_same_training(runs["reference"], runs["compiled"], TASK.v)
+    assert torch._dynamo.utils.counters["stats"]["unique_graphs"] == graphs
 
 
 @pytest.mark.parametrize(

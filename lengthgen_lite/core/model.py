@@ -382,10 +382,11 @@ class Transformer(nn.Module):
     ) -> Tensor:
         """The two flags are training's fast path: the same function, equal up to float
         rounding. ``tables`` (needs ``positional="none"``): a position's input to the
-        first layer depends on its token alone, so its Q/K/V (and pre-norm LN) are
-        computed once per vocabulary row and gathered, instead of once per position. The
-        first block's hooks then see [v, d_model] tables, so :func:`run_with_cache`
-        always runs the plain path. ``broadcast``: see ``_matmul`` in this module.
+        first layer depends on its token alone, so its Q/K/V, V through W_O (and
+        pre-norm LN) are computed once per vocabulary row and gathered, instead of once
+        per position. The first block's hooks then see [v, d_model] tables and its
+        hook_z is not called, so :func:`run_with_cache` always runs the plain path.
+        ``broadcast``: see ``_matmul`` in this module.
         """
         if tokens.dim() != 2 or tokens.dtype != torch.long:
             raise ValueError(

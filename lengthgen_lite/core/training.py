@@ -24,14 +24,16 @@ says which parts apply):
   tokens), and the rest is one vectorised call per chunk (tasks that are a
   :class:`~lengthgen_lite.core.tasks.NoiseSampler` with one training size), so every
   seed sees the same data;
-- computes the first layer's Q/K/V from v-row token tables
+- computes the first layer's Q/K/V, and V through W_O, from v-row token tables
   (``Transformer.forward(tables=True)``: no positions, so a position's input depends on
   its token alone);
 - compiles the step (``torch.compile``, inductor) where it pays back: at least
   ``COMPILE_SEED_STEPS`` seed-steps (``benchmarks/speed.py --fast-path`` measures the
   break-even), fixed shapes (one training size) and no dropout (compiled dropout draws
   other masks), with the attention's tiny products as broadcast sums
-  (``forward(broadcast=True)``) that it fuses. Its cache goes to ``_build/inductor``
+  (``forward(broadcast=True)``) that it fuses. The whole step, AdamW and the learning
+  rate schedule included, is one graph (:func:`_compiled_step`), which the next
+  training of the same shapes reuses. Its cache goes to ``_build/inductor``
   (``TORCHINDUCTOR_CACHE_DIR``), so re-executions compile once.
 
 Both paths give the same losses up to float rounding (``tests/test_core_training.py``).
@@ -402,7 +404,16 @@ def _compiled_step(
         # silently run further ones eagerly.
         _COMPILED.clear()
         torch._dynamo.reset()
-        _COMPILED[key] = torch.compile(step, dynamic=False, fullgraph=True)
+        # realize_reads_threshold=1: with the whole step in one graph, inductor's
+        # default (4) inlined the attention backward into the token tables' scatter
+        # and recomputed it per table row (ch. 7's models ran 3x slower than with the
+        # optimizer apart, benchmarks/fast_path.py); 1 computes each buffer once.
+        _COMPILED[key] = torch.compile(
+            step,
+            dynamic=False,
+            fullgraph=True,
+            options={"realize_reads_threshold": 1},
+        )
     compiled = _COMPILED[key]
     exp_avg = {name: torch.zeros_like(p) for name, p in params.items()}
     exp_avg_sq = {name: torch.zeros_like(p) for name, p in params.items()}
