@@ -10,14 +10,13 @@ from lengthgen_lite.chapters.ch4_vanishing_variance import (
     loglog_slope,
     random_head,
     random_head_outputs,
-    run_variants,
     scaled_attention_output,
     shift_statistics,
-    stack_field,
     standardize,
 )
 from lengthgen_lite.core.model import run_with_hooks
 from lengthgen_lite.core.retrieval import (
+    RETRIEVAL_VARIANTS,
     ArgmaxRetrieval,
     DictionaryLookup,
     RetrievalTransformer,
@@ -25,6 +24,7 @@ from lengthgen_lite.core.retrieval import (
 )
 from lengthgen_lite.core.seeding import make_generator, seed_everything
 from lengthgen_lite.core.training import TrainConfig, train
+from lengthgen_lite.runs import run
 
 
 def test_uniform_attention_gives_exactly_n_eff_equal_n_and_the_one_over_n_law():
@@ -264,48 +264,82 @@ def test_evaluate_rejects_bad_arguments(kwargs, message):
         evaluate_retrieval(model, DICT, **kwargs)
 
 
-def test_run_variants_trains_each_variant_once_and_pairs_the_seeds():
-    cfg = TrainConfig(steps=5, batch=8, warmup=1)
-    runs = run_variants(
-        ARGMAX,
-        seeds=[0, 1],
-        train_cfg=cfg,
-        sizes=[4, 8],
-        n_samples=20,
-        progress=False,
-        d_model=16,
-        n_heads=2,
-        d_mlp=32,
-    )
-    assert list(runs) == ["baseline", "layernorm", "standardize"]
-    assert runs["layernorm"].field("accuracy").shape == (2, 2) and runs[
-        "baseline"
-    ].result.loss.shape == (5, 2)
-    assert not np.array_equal(
-        runs["baseline"].result.loss, runs["standardize"].result.loss
+def tiny_spec(**base):
+    """Chapter 4's spec, small: 2 seeds, 5 steps, tested at N = 8 and 16 on 20 sets."""
+    spec = ch4.SPECS["ch4/retrieval"]
+    small_model = {"d_model": 16, "n_heads": 2, "d_mlp": 32, "batch": 8}
+    return spec.with_overrides(
+        seeds=2,
+        steps=5,
+        n_test=20,
+        base={**spec.base, **small_model, "test_length": 16, **base},
     )
 
 
-def test_stack_field_errors():
+def test_the_runner_trains_each_variant_once_and_pairs_the_seeds():
+    results = run(tiny_spec(), progress=False)
+    assert [c.task for c in results.configs] == ["argmax_retrieval"] * 3 + [
+        "dictionary_lookup"
+    ] * 3
+    np.testing.assert_array_equal(results.lengths(), [8, 16])
+    accuracy = ch4.fields(results, "accuracy")
+    assert list(accuracy["argmax retrieval"]) == list(RETRIEVAL_VARIANTS)
+    assert accuracy["dictionary lookup"]["layernorm"].shape == (2, 2)
+    assert ch4.field(results, "feature_var", "argmax retrieval", "baseline").shape == (
+        2,
+        2,
+        3,
+    )
+    baseline = ch4.trained(results, "argmax retrieval", "baseline")
+    standardize = ch4.trained(results, "argmax retrieval", "standardize")
+    assert baseline.loss.shape == (5, 2)
+    assert not np.array_equal(baseline.loss, standardize.loss)
+    # the same numbers as evaluate_retrieval on the same test sets (evaluation seed 0)
+    task = results.configs[0].setup().task  # ArgmaxRetrieval(), 10 classes
+    table = evaluate_retrieval(baseline.models[1], task, [8, 16], n_samples=20)
+    for name in ("accuracy", "n_eff", "global_var"):
+        np.testing.assert_array_equal(
+            ch4.field(results, name, "argmax retrieval", "baseline")[1],
+            getattr(table, name),
+        )
+    assert np.isnan(
+        ch4.field(results, "normed_global_var", "argmax retrieval", "baseline")
+    ).all()
+    losses = ch4.final_losses(results)
+    assert len(losses) == 6 and losses["dictionary lookup", "baseline"].shape == (2,)
+    rescaled = ch4.rescaled_accuracy(results, "dictionary lookup")
+    assert rescaled.shape == (2, 2)
+
+
+def test_reading_results_rejects_unknown_names():
+    results = run(tiny_spec(steps=2), progress=False)
+    with pytest.raises(ValueError, match="allowed: tasks"):
+        ch4.field(results, "accuracy", "argmax", "baseline")
+    with pytest.raises(ValueError, match="variants"):
+        ch4.trained(results, "argmax retrieval", "rmsnorm")
+
+
+def test_evaluate_sizes_stacks_the_tables_and_marks_missing_statistics():
     seed_everything(0)
-    table = evaluate_retrieval(
-        RetrievalTransformer(small(ARGMAX, "baseline")), ARGMAX, [4], n_samples=10
-    )
-    assert stack_field([table, table], "accuracy").shape == (2, 1)
-    with pytest.raises(ValueError, match="missing"):
-        stack_field([table], "normed_global_var")
-    with pytest.raises(ValueError, match="at least one"):
-        stack_field([], "accuracy")
+    models = [RetrievalTransformer(small(ARGMAX, "baseline")).eval() for _ in range(2)]
+    curves = ch4.evaluate_sizes(models, ARGMAX, [4, 8], n_samples=10, seed=0)
+    np.testing.assert_array_equal(curves["s"], [4, 8])
+    assert curves["accuracy"].shape == curves["feature_var_2"].shape == (2, 2)
+    assert np.isnan(curves["normed_feature_var_0"]).all()
+    table = evaluate_retrieval(models[1], ARGMAX, [4, 8], n_samples=10)
+    np.testing.assert_array_equal(curves["feature_var_1"][1], table.feature_var[:, 1])
 
 
 def test_evaluate_rescaled_restores_the_reference_scale():
     seed_everything(5)
     model = RetrievalTransformer(small(DICT, "baseline")).eval()
     table = evaluate_retrieval(model, DICT, [4, 16], n_samples=100)
-    rescaled = evaluate_rescaled(model, DICT, table, reference_size=4)
+    rescaled = evaluate_rescaled(
+        model, DICT, [4, 16], table.attn_out_rms, n_samples=100, reference_size=4
+    )
     np.testing.assert_allclose(rescaled.attn_out_rms, table.attn_out_rms[0], rtol=1e-5)
     with pytest.raises(ValueError, match="reference_size=8 is not among"):
-        evaluate_rescaled(model, DICT, table, reference_size=8)
+        evaluate_rescaled(model, DICT, [4, 16], table.attn_out_rms, reference_size=8)
 
 
 def test_argmax_near_misses_counts_runner_up_labels():
@@ -404,12 +438,25 @@ def test_paired_gains_sampling_bounds_and_the_layernorm_row():
     assert claim.verdict == "not reproduced"
 
 
-class _Run:
-    def __init__(self, fields):
-        self.fields = fields
+class _Results:
+    """Stands in for a Results: ``curves`` per (task, norm, norm_kind), and
+    ``spec.n_test``."""
 
-    def field(self, name):
-        return self.fields[name]
+    def __init__(self, runs, n_test=500):
+        self.runs, self.spec = runs, type("Spec", (), {"n_test": n_test})()
+
+    def curves(self, name, task, norm, norm_kind="layernorm"):
+        names = {v: k for k, v in ch4.TASK_IDS.items()}
+        variant = {
+            ("none", "layernorm"): "baseline",
+            ("attn_out", "layernorm"): "layernorm",
+            ("attn_out", "standardize"): "standardize",
+        }[norm, norm_kind]
+        fields = self.runs[names[task]][variant]
+        if name.startswith(("feature_var_", "normed_feature_var_")):
+            stem, _, j = name.rpartition("_")
+            return fields[stem][..., int(j)]
+        return fields[name]
 
 
 def test_shift_ratios_glue_and_rows():
@@ -428,13 +475,13 @@ def test_shift_ratios_glue_and_rows():
                 "normed_median_feature_var": 0.6 * np.ones((K, n)) * [[1, 1, 0.6]],
                 "normed_global_var": flat,
             }
-        return _Run(fields)
+        return fields
 
     runs = {
         t: {"baseline": run(False), "layernorm": run(True), "standardize": run(True)}
         for t in ("argmax retrieval", "dictionary lookup")
     }
-    shift = ch4.shift_ratios(runs, n_sets=500)
+    shift = ch4.shift_ratios(_Results(runs))
     np.testing.assert_allclose(shift.before["argmax retrieval", "baseline"], 0.25)
     np.testing.assert_allclose(shift.after["dictionary lookup", "layernorm"], 0.6)
     np.testing.assert_allclose(shift.pinned_change("argmax retrieval"), 0.0)
@@ -460,7 +507,7 @@ def test_shift_ratios_glue_and_rows():
 
 def test_attention_collapse():
     def run(mass, neff):
-        return _Run({"target_attention": np.array(mass), "n_eff": np.array(neff)})
+        return {"target_attention": np.array(mass), "n_eff": np.array(neff)}
 
     variants = {
         "baseline": run([[0.8, 0.1], [0.6, 0.1]], [[2.0, 50.0], [2.0, 50.0]]),
@@ -468,7 +515,7 @@ def test_attention_collapse():
         "standardize": run([[0.8, 0.1], [0.6, 0.1]], [[2.0, 55.0], [2.0, 55.0]]),
     }
     collapse = ch4.attention_collapse(
-        {"argmax retrieval": variants, "dictionary lookup": variants}
+        _Results({"argmax retrieval": variants, "dictionary lookup": variants})
     )
     np.testing.assert_allclose(
         collapse.normed_gap["argmax retrieval", "layernorm"], [0.0, 0.2]
@@ -479,3 +526,47 @@ def test_attention_collapse():
     assert collapse.neff_ratio_argmax == pytest.approx(1.1)
     assert collapse.target_at_largest["dictionary lookup"] == pytest.approx(0.32 / 3)
     assert collapse.neff_at_largest["argmax retrieval"] == pytest.approx(55.0)
+
+
+def test_head_monte_carlo_and_the_glue_builders():
+    head, N = random_head(d_model=8, seed=0), [4, 16]
+    std, law, n_eff, all_std = ch4.head_monte_carlo(
+        head, N, {ch4.UNIFORM: 0.0, ch4.SHARP: 3.0}, n_sets=50
+    )
+    assert all_std[ch4.SHARP].shape == (2, 8) and std[ch4.UNIFORM].shape == (2,)
+    np.testing.assert_allclose(n_eff[ch4.UNIFORM], N, rtol=1e-5)
+    np.testing.assert_allclose(law[ch4.UNIFORM], head.value_std[0] / np.sqrt(N))
+    acc = [np.array([[0.9, 0.97, 0.2]]), np.array([[1.0, 0.99, 0.5]])]
+    losses = {("a", "b"): np.array([0.01, 0.052])}
+    assert ch4.fit_glue(losses, acc, 1) == {"loss_max": 0.05, "acc16_min": 0.97}
+    collapse = ch4.AttentionCollapse(
+        normed_gap={("x", "y"): np.array([0.1, 0.234])},
+        seed_spread={},
+        target_at_largest={"argmax retrieval": 0.111, "dictionary lookup": 0.2},
+        neff_at_largest={"argmax retrieval": 512.5, "dictionary lookup": 1025.0},
+        neff_ratio_argmax=1.26,
+    )
+    glued = ch4.collapse_glue(collapse, 1024)
+    assert list(glued)[0] == "neff_ratio_argmax" and glued["neff_dict_share"] == 1.0
+    assert glued["target_gap_max"] == 0.23 and glued["target_argmax_1024"] == 0.11
+    misses = [ch4.NearMisses(0.5, 0.6, 0.3439), ch4.NearMisses(0.7, 0.8, 0.3439)]
+    bolt = {
+        "dictionary lookup": np.array([[0.1, 0.2, 0.3], [0.3, 0.2, 0.1]]),
+        "argmax retrieval": np.array([[0.0, -0.02, 0.01], [0.0, 0.0, 0.01]]),
+    }
+    glued = ch4.rescaling_glue(bolt, np.array([False, True, True]), misses)
+    assert glued["bolt_dict_long"] == 0.2 and glued["bolt_argmax_max"] == 0.01
+    assert glued["near_chance"] == 0.344 and glued["argmax_error_1024"] == 0.6
+
+
+def test_layernorm_rows_score_both_tasks():
+    base = np.array([[0.9, 0.5, 0.2], [0.9, 0.5, 0.3]])
+    accuracy = {
+        "dictionary lookup": {"baseline": base, "layernorm": base + 0.3},
+        "argmax retrieval": {"baseline": base, "layernorm": base},
+    }
+    rows, shares = ch4.layernorm_rows(
+        accuracy, 0, np.array([False, True, True]), 0.025, 400
+    )
+    assert [r.key for r in rows] == ["ch4-score-ln-dict", "ch4-score-ln-argmax"]
+    assert shares == {"dict": round(0.3 / 0.65, 2), "argmax": 0.0}

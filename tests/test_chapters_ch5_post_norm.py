@@ -4,6 +4,7 @@ import numpy as np
 import pytest
 import torch
 
+from lengthgen_lite.chapters import ch1_set_complement as ch1
 from lengthgen_lite.chapters import ch5_post_norm as ch5
 from lengthgen_lite.chapters.ch5_post_norm import (
     OUTPUT_NORM,
@@ -203,3 +204,64 @@ def test_growth_is_one_for_the_one_over_s_law():
         growth([])
     with pytest.raises(ValueError, match="field 'tv' is unknown"):
         growth([law], "tv")
+
+
+def test_numbers_for_the_prose_are_rounded_and_named(placements, dropout):
+    numbers = ch5.placement_numbers(placements)
+    assert set(numbers) == {
+        *(f"tv_beyond_{t}_{n}" for t in ch5.TARGETS for n in PLACEMENTS),
+        "tv_longest_soft_attn_out",
+        "tv_train_soft_max",
+    }
+    mean = ch5.per_seed(placements, "tv_beyond", "soft", "post").mean()
+    assert numbers["tv_beyond_soft_post"] == round(float(mean), 3)
+    profiles = ch5.profiles(placements, n_sequences=50)
+    assert set(ch5.growth_numbers(profiles)) == {
+        f"growth_{t}_{n}" for t in ch5.TARGETS for n in PLACEMENTS
+    }
+    mechanism = ch5.mechanism_numbers(profiles)
+    assert mechanism["n_models"] == 20 and ch5.entropy_floor(profiles).shape == (10, 2)
+    assert mechanism["entropy_min"] == round(
+        float(ch5.entropy_floor(profiles).min()), 3
+    )
+    divisor = ch5.divisor_numbers(profiles)
+    assert 1 <= divisor["gap_min_s"] <= 15 and "divisor_s15_attn_out" in divisor
+    dropout_numbers = ch5.dropout_numbers(placements, dropout)
+    assert "dropout_soft_attn_dropout_0.1" in dropout_numbers
+    assert {"dropout_base_soft", "dropout_base_sampled"} <= set(dropout_numbers)
+    curves = ch5.dropout_curves(placements, dropout, "sampled")
+    assert list(curves) == ["no dropout", "attn_dropout=0.1", "resid_dropout=0.1"]
+    assert all(c.shape == (2, 15) for c in curves.values())
+
+
+def test_divisor_laws_are_chapter_three_relative_to_s_one():
+    gap, spread = ch5.divisor_laws(16)
+    assert gap.shape == spread.shape == (15,) and spread[0] == 1.0
+    s = np.arange(1, 16)
+    np.testing.assert_allclose(spread, np.sqrt((16 - s) / (s * 15)))
+
+
+def test_post_and_pre_final_read_the_same_seeds(placements):
+    deeper = run(
+        ch5.SPECS["ch5/deeper"].with_overrides(seeds=[1], steps=20, n_test=200),
+        progress=False,
+    )
+    one_layer, with_mlp = ch5.post_and_pre_final(placements, deeper)
+    expected = placements.values("tv_beyond", targets="sampled", norm="post")[1:]
+    np.testing.assert_array_equal(one_layer["post"], expected)
+    assert with_mlp["pre_final"].shape == (1,)
+    numbers = ch5.deeper_numbers(placements, deeper)
+    assert numbers["mlp_widest"] == 0.0 and numbers["one_layer_difference"] >= 0
+
+
+def test_book_choices_extend_chapter_one():
+    task, model_cfg, train_cfg = ch1.baseline_setup("soft")
+    choices = ch5.book_choices(task, model_cfg, train_cfg)
+    assert list(choices)[:5] == [
+        "v",
+        "training lengths s",
+        "d_model",
+        "layers",
+        "heads",
+    ]
+    assert choices["MLP"] == "none" and choices["seeds"] == 5

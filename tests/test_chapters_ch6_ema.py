@@ -359,3 +359,72 @@ def test_scorecard_claims_from_a_tiny_grid():
         search.verdict == "partly reproduced"
         and "dropout slope +0.00 TV per unit rate" in search.number
     )
+
+
+def test_numbers_and_controls_from_a_tiny_grid():
+    spec = ch6.SPECS["ch6/grid"].with_overrides(
+        seeds=[0, 1], steps=20, scales=(0.5, 1.0), n_test=100
+    )
+    grid = ch6.by_config(run_spec_data(spec, progress=False))
+    beyond = ch6.beyond_gains(grid)
+    assert set(beyond) == {"none", "attn_out"} and beyond["none"].shape == (4,)
+    numbers = ch6.ema_numbers(grid)
+    assert numbers["n_models"] == 16 and numbers["n_configs"] == 8
+    assert isinstance(numbers["n_seeds_norm"], int)
+    assert ch6.bema_minus_ema(grid).shape == (8,)
+    assert ch6.bema_lr_effect(grid).shape == (4,)
+    assert set(ch6.bema_numbers(grid)) == {
+        "bema_train_gap_min",
+        "bema_helps_beyond",
+        "bema_lr_effect_min",
+        "bema_worst_beyond",
+    }
+    control = ch6.temperature_control(grid)
+    assert len(control.matched) == len(control.raw_best_c_train) == 16
+    assert control.best_gap["attn_out"].shape == (8,)
+    assert all(c in (0.5, 1.0) for c in control.ema_best_c_train)
+    reference = grid["attn_out", 128, 3e-3]
+    assert ch6.temperature_numbers(control, reference)["n_models_control"] == 16
+    sampled = {norm: grid[norm, 128, 3e-3] for norm in ("none", "attn_out")}
+    gains = ch6.mean_gains(sampled)
+    assert gains["none"]["train"] == sampled["none"].gain("train").mean()
+    assert "soft_gain_train_max" in ch6.soft_numbers(sampled, sampled)
+
+
+def test_noise_table_and_its_numbers():
+    model = fresh_model()
+    models = {"at init": model, "after training": model}
+    rows = ch6.noise_table(models, TASK, batches=(8, 128), n_batches=4)
+    assert len(rows) == 8 and set(rows[0]) == {
+        "where",
+        "batch",
+        "targets",
+        "trace_cov",
+        "signal",
+        "snr",
+    }
+    numbers = ch6.noise_numbers(rows)
+    # the same model twice: nothing drops with training
+    assert numbers["soft_noise_drop"] == 1 and numbers["sampled_noise_drop"] == 1.0
+    assert numbers["noise_ratio_trained"] == round(
+        rows[-1]["trace_cov"] / rows[-2]["trace_cov"]
+    )
+
+
+def test_resampling_error_falls_with_more_draws():
+    model = fresh_model()
+    batch = TASK.sample_train_batch(16, 3, make_generator(0))
+    error = ch6.resampling_error(model, batch, 64, seed=1)
+    assert error.shape == (64,) and error[-1] < error[0]
+
+
+def test_paired_changes_pair_each_ema_row_with_its_raw_row():
+    rows = [
+        {"ema": False, "tv": 0.5},
+        {"ema": False, "tv": 0.4},
+        {"ema": True, "tv": 0.3},
+        {"ema": True, "tv": 0.45},
+    ]
+    np.testing.assert_allclose(
+        ch6.paired_changes(rows, ["tv"])["tv"], [-0.2, 0.05], atol=1e-12
+    )

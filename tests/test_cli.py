@@ -29,7 +29,7 @@ def test_parse_seeds():
 
 def test_every_chapter_with_experiments_is_discovered():
     specs = discover()
-    assert {name.split("/")[0] for name in specs} == {"ch1", "ch5", "ch6", "ch7"}
+    assert {name.split("/")[0] for name in specs} == {"ch1", "ch4", "ch5", "ch6", "ch7"}
     assert all(spec.name == name for name, spec in specs.items())
     # a chapter runs its first spec
     assert resolve("ch5", specs) is specs["ch5/placements"]
@@ -39,7 +39,13 @@ def test_every_chapter_with_experiments_is_discovered():
 def test_list_and_show(capsys):
     assert main(["list"]) == 0
     out = capsys.readouterr().out
-    for name in ("ch1/baseline", "ch5/dropout", "ch6/search", "ch7/placements"):
+    for name in (
+        "ch1/baseline",
+        "ch4/retrieval",
+        "ch5/dropout",
+        "ch6/search",
+        "ch7/placements",
+    ):
         assert name in out
     assert main(["show", "ch5/dropout"]) == 0
     assert '"name": "ch5/dropout"' in capsys.readouterr().out
@@ -69,6 +75,19 @@ def test_run_with_overrides(tiny, tmp_path):
     assert results.configs[0].train_config().warmup == 2
     assert results.values("tv_beyond", norm="none").shape == (3,)
     assert results.provenance["command"].startswith("lengthgen-lite run tiny --seeds 3")
+
+
+def test_run_chapter_four_retrieval(tmp_path):
+    """Chapter 4's retrieval experiment runs by its chapter's name: both tasks, three
+    variants, scored at every set size N."""
+    out = tmp_path / "ch4.json"
+    argv = ["run", "ch4", "--seeds", "2", "--steps", "50", "--out", str(out)]
+    assert main([*argv, "--no-progress"]) == 0
+    results = Results.load(out)
+    assert results.spec.name == "ch4/retrieval" and len(results.configs) == 6
+    assert results.lengths().tolist() == [8, 16, 32, 64, 128, 256, 512, 1024]
+    accuracy = results.values("accuracy_train", task="dictionary_lookup", norm="none")
+    assert accuracy.shape == (2,) and ((accuracy >= 0) & (accuracy <= 1)).all()
 
 
 # (arguments after NAME, substrings of the error: the option or field and the bad value)
@@ -103,7 +122,8 @@ def test_bad_names_exit_2(tmp_path, tiny, capsys):
     cases = [
         (
             ["run", "ch9"],
-            "no experiment named 'ch9'; allowed: a chapter ['ch1', 'ch5', 'ch6', 'ch7'",
+            "no experiment named 'ch9'; allowed: a chapter ['ch1', 'ch4', 'ch5', "
+            "'ch6', 'ch7'",
         ),
         (["show", "ch5/dropin"], "'ch5/dropout'"),
         (["run", "tiny", "--out", str(tmp_path)], "is a directory"),

@@ -403,3 +403,53 @@ def test_torch_init_is_pytorchs_own_linear_init():
     assert abs(torch_init.embed.weight.std().item() - 1) < 0.05
     with pytest.raises(ValueError, match="init='xavier' is unknown"):
         ModelConfig(vocab_size=16, init="xavier")
+
+
+def test_attn_bias_puts_biases_on_w_v_and_w_o_zero_at_the_book_init():
+    plain = init_model(ModelConfig(vocab_size=8, d_model=16), 3)
+    book = init_model(ModelConfig(vocab_size=8, d_model=16, attn_bias=True), 3)
+    torch_init = init_model(
+        ModelConfig(vocab_size=8, d_model=16, attn_bias=True, init="torch"), 3
+    )
+    biases = ("blocks.0.attn.W_V.bias", "blocks.0.attn.W_O.bias")
+    assert set(book.state_dict()) - set(plain.state_dict()) == set(biases)
+    assert hook_names(book) == hook_names(plain)
+    for name in biases:
+        assert (book.state_dict()[name] == 0).all()
+        bias = torch_init.state_dict()[name]  # PyTorch's: uniform in +-1/sqrt(16)
+        assert bias.abs().max() <= 0.25 and bias.abs().min() > 0
+    # drawn last: every other weight starts as without biases, at either init
+    plain_torch = init_model(ModelConfig(vocab_size=8, d_model=16, init="torch"), 3)
+    for name, weight in plain_torch.state_dict().items():
+        torch.testing.assert_close(torch_init.state_dict()[name], weight)
+    # zero biases: the same function as the model without them
+    for name, weight in plain.state_dict().items():
+        torch.testing.assert_close(book.state_dict()[name], weight)
+    tokens = torch.randint(8, (3, 5))
+    torch.testing.assert_close(book(tokens), plain(tokens))
+    # and a bias moves the attention output's mean
+    with torch.no_grad():
+        book.blocks[0].attn.W_O.bias.fill_(1.0)
+    _, cache = run_with_cache(book, tokens, ["blocks.0.hook_attn_out"])
+    _, plain_cache = run_with_cache(plain, tokens, ["blocks.0.hook_attn_out"])
+    torch.testing.assert_close(
+        cache["blocks.0.hook_attn_out"], plain_cache["blocks.0.hook_attn_out"] + 1
+    )
+
+
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        (dict(attn_bias=1), "attn_bias=1 is invalid; allowed: False, True"),
+        (dict(item_mlp=-1), "item_mlp"),
+        (dict(item_mlp=2.5), "item_mlp"),
+    ],
+)
+def test_bad_component_options_raise(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        ModelConfig(vocab_size=8, **kwargs)
+
+
+def test_only_a_model_with_an_input_layer_takes_an_item_mlp():
+    with pytest.raises(ValueError, match="item_mlp=8 is invalid for Transformer"):
+        Transformer(ModelConfig(vocab_size=8, item_mlp=8))

@@ -261,3 +261,67 @@ def test_init_model_builds_the_retrieval_model():
     model = init_model(small(DICT, "layernorm"), 0, RetrievalTransformer)
     assert isinstance(model, RetrievalTransformer) and hasattr(model, "priority_embed")
     assert "blocks.0.ln_attn_out.hook_scale" in hook_names(model)
+
+
+def with_item_mlp(task, variant, width, **kwargs):
+    return retrieval_config(
+        task, variant, d_model=16, n_heads=2, d_mlp=32, item_mlp=width, **kwargs
+    )
+
+
+@pytest.mark.parametrize("init", ["book", "torch"])
+def test_item_mlp_is_added_last_so_every_other_weight_starts_the_same(init):
+    plain = init_model(
+        with_item_mlp(ARGMAX, "layernorm", 0, init=init), 4, RetrievalTransformer
+    )
+    mlp = init_model(
+        with_item_mlp(ARGMAX, "layernorm", 8, init=init), 4, RetrievalTransformer
+    )
+    extra = set(mlp.state_dict()) - set(plain.state_dict())
+    assert extra == {
+        f"item_mlp.fc_{s}.{p}" for s in ("in", "out") for p in ("weight", "bias")
+    }
+    for name, weight in plain.state_dict().items():
+        torch.testing.assert_close(mlp.state_dict()[name], weight)
+    assert set(hook_names(mlp)) - set(hook_names(plain)) == {"hook_item_mlp_out"}
+    fc_in = mlp.item_mlp.fc_in
+    if init == "book":  # std 1/sqrt(fan_in), zero biases
+        assert (fc_in.bias == 0).all() and abs(fc_in.weight.std().item() * 4 - 1) < 0.2
+    else:  # PyTorch's own: uniform in +-1/sqrt(fan_in)
+        assert fc_in.bias.abs().min() > 0 and fc_in.weight.abs().max() <= 0.25
+
+
+def test_the_item_mlp_acts_on_each_item_before_attention():
+    model = init_model(with_item_mlp(DICT, "baseline", 8), 5, RetrievalTransformer)
+    inputs = DICT.sample_train_batch(4, 6, make_generator(5)).inputs
+    _, cache = run_with_cache(
+        model, inputs, ["hook_embed", "hook_item_mlp_out", "blocks.0.hook_resid_pre"]
+    )
+    embed = cache["hook_embed"]
+    torch.testing.assert_close(cache["hook_item_mlp_out"], model.item_mlp(embed))
+    torch.testing.assert_close(
+        cache["blocks.0.hook_resid_pre"], embed + cache["hook_item_mlp_out"]
+    )
+    # one item's vector depends on that item alone: still a set
+    shuffled = torch.cat(
+        [inputs[:, torch.tensor([5, 3, 1, 0, 2, 4])], inputs[:, -1:]], dim=1
+    )
+    torch.testing.assert_close(model.eval()(inputs), model(shuffled))
+
+
+def test_attention_biases_draw_after_the_retrieval_models_own_weights():
+    plain = init_model(
+        with_item_mlp(DICT, "baseline", 0, init="torch"), 6, RetrievalTransformer
+    )
+    biased = init_model(
+        with_item_mlp(DICT, "baseline", 0, init="torch", attn_bias=True),
+        6,
+        RetrievalTransformer,
+    )
+    assert set(biased.state_dict()) - set(plain.state_dict()) == {
+        "blocks.0.attn.W_V.bias",
+        "blocks.0.attn.W_O.bias",
+    }
+    for name, weight in plain.state_dict().items():
+        torch.testing.assert_close(biased.state_dict()[name], weight)
+    assert biased.blocks[0].attn.W_O.bias.abs().min() > 0

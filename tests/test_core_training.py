@@ -508,3 +508,54 @@ def test_checkpoints_keep_the_weights_the_shorter_training_ends_with():
             torch.testing.assert_close(p, q, msg=name)
     with pytest.raises(ValueError, match="checkpoints=.*allowed: steps in 1..steps"):
         train(MODEL, TASK, SHORT, seeds=[0], progress=False, checkpoints=(10_000,))
+
+
+@pytest.mark.parametrize("init", ["book", "torch"])
+def test_fast_path_trains_what_the_reference_path_trains_with_attn_biases(init):
+    # token tables project a table row through W_V with its bias: the same function
+    model_cfg = ModelConfig(
+        vocab_size=8, d_model=16, n_heads=2, d_mlp=16, attn_bias=True, init=init
+    )
+    cfg = TrainConfig(steps=CHUNK + 7, warmup=5, batch=32, lr=1e-2)
+    assert plan_path(model_cfg, TASK, replace(cfg, path="fast"), 3).token_tables
+    runs = {
+        path: train(
+            model_cfg,
+            TASK,
+            replace(cfg, path=path),
+            seeds=SEEDS,
+            averagers={"ema": make_ema(0.9)},
+            progress=False,
+        )
+        for path in ("reference", "fast")
+    }
+    assert_same_training(runs["reference"], runs["fast"], TASK.v)
+
+
+@pytest.mark.parametrize(
+    "options", [{"item_mlp": 8}, {"attn_bias": True}, {"item_mlp": 8, "init": "torch"}]
+)
+def test_the_retrieval_model_with_a_component_trains_alike_on_every_path(options):
+    # its own forward: plan_path turns every fast part off, so "auto" is the reference
+    task = ArgmaxRetrieval(n_classes=4, max_train_size=6)
+    model_cfg = retrieval_config(
+        task, "layernorm", d_model=16, n_heads=2, d_mlp=16, **options
+    )
+    cfg = TrainConfig(steps=12, warmup=2, batch=8, lr=1e-2)
+    plan = plan_path(
+        model_cfg, task, replace(cfg, path="auto"), 2, RetrievalTransformer
+    )
+    assert plan.label == "reference"
+    losses = [
+        train(
+            model_cfg,
+            task,
+            replace(cfg, path=path),
+            seeds=[0, 1],
+            model_class=RetrievalTransformer,
+            progress=False,
+        ).loss
+        for path in ("reference", "auto")
+    ]
+    np.testing.assert_array_equal(losses[0], losses[1])
+    assert np.isfinite(losses[0]).all()

@@ -6,11 +6,19 @@ import sys
 import numpy as np
 import pytest
 
+from lengthgen_lite.chapters import ch4_vanishing_variance as ch4
 from lengthgen_lite.chapters import ch7_beyond_set_complement as ch7
 from lengthgen_lite.core.evaluation import evaluate_seeds
+from lengthgen_lite.core.retrieval import RetrievalTransformer
 from lengthgen_lite.core.training import train
-from lengthgen_lite.runs import run
-from lengthgen_lite.runs.runner import RAY_ENV, run_configuration
+from lengthgen_lite.runs import run, runner
+from lengthgen_lite.runs.runner import (
+    RAY_ENV,
+    model_class,
+    register_evaluation,
+    run_configuration,
+    task_kind,
+)
 from tiny_experiment import tiny_spec
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
@@ -69,6 +77,34 @@ def test_a_sequence_task_is_scored_by_the_registered_evaluation():
     assert set(results.metrics) >= {"tv", "tv_set", "tv_single", "share_single"}
     with pytest.raises(ValueError, match="logit scale 1.0 only"):
         run(spec.with_overrides(scales=(1.0, 2.0)), progress=False)
+
+
+def test_a_retrieval_task_trains_its_model_and_is_scored_per_set_size(monkeypatch):
+    spec = ch4.SPECS["ch4/retrieval"]
+    small = {"d_model": 16, "n_heads": 2, "d_mlp": 32, "batch": 8, "test_length": 16}
+    spec = spec.with_overrides(
+        configs=[{"task": "dictionary_lookup", "norm": "attn_out"}],
+        base={**spec.base, **small},
+        seeds=[0, 1],
+        steps=3,
+        n_test=10,
+    )
+    config = spec.configurations()[0]
+    assert task_kind(config) == "retrieval" and model_class(config) is (
+        RetrievalTransformer
+    )
+    results = run(spec, progress=False)
+    assert isinstance(results.result().models[0], RetrievalTransformer)
+    np.testing.assert_array_equal(results.lengths(), [8, 16])
+    assert results.values("accuracy_train").shape == (2,)
+    assert {"normed_global_var", "feature_var_2"} <= set(results.metrics)
+    with pytest.raises(ValueError, match="logit scale 1.0 only"):
+        run(spec.with_overrides(scales=(1.0, 2.0)), progress=False)
+    with pytest.raises(ValueError, match="unknown kind 'set'"):
+        register_evaluation("set", ch4.evaluate_sizes)
+    monkeypatch.delitem(runner.EVALUATIONS, "retrieval")
+    with pytest.raises(ValueError, match="no evaluation registered for task"):
+        run(spec, progress=False)
 
 
 @pytest.mark.parametrize(

@@ -1,8 +1,17 @@
 import json
+from dataclasses import replace
 
 import pytest
 
 from lengthgen_lite.chapters import ch1_set_complement as ch1
+from lengthgen_lite.chapters import ch4_vanishing_variance as ch4
+from lengthgen_lite.core.retrieval import (
+    RETRIEVAL_VARIANTS,
+    ArgmaxRetrieval,
+    DictionaryLookup,
+    retrieval_config,
+)
+from lengthgen_lite.core.training import TrainConfig
 from lengthgen_lite.runs.spec import CONFIG_FIELDS, REFERENCE_DEFAULTS, Config, Spec
 from tiny_experiment import TINY, tiny_spec
 
@@ -70,6 +79,18 @@ def test_chapter_one_baseline_is_the_config_default_setup():
             "d_model=10 is not divisible by n_heads=3",
         ),
         ({"configs": [{"task": "chess"}]}, "configs\\[0\\]: unknown task 'chess'"),
+        (
+            {"configs": [{"task": "argmax_retrieval", "test_length": 100}]},
+            "test_length=100 is invalid; allowed: a power of two >= 8",
+        ),
+        (
+            {"configs": [{"task": "dictionary_lookup", "test_length": 2048}]},
+            "test_length=2048 is invalid; allowed: at most n_keys=1024",
+        ),
+        (
+            {"configs": [{"task": "argmax_retrieval", "train_length": 1}]},
+            "train_length=1 is invalid; allowed: 2..the task's largest set",
+        ),
         ({"seeds": (0, 0)}, "distinct seeds"),
         ({"seeds": (-1,)}, "seeds must be a non-empty sequence of integers >= 0"),
         (
@@ -83,11 +104,38 @@ def test_chapter_one_baseline_is_the_config_default_setup():
         ({"scales": (2.0,)}, "including 1.0"),
         ({"scale": "huge"}, "unknown scale 'huge'; allowed: 'live', 'reference'"),
         ({"name": ""}, "name='' is invalid"),
+        (
+            {"configs": [{"item_mlp": 8}]},
+            "item_mlp=8 is invalid; allowed: 0 \\(an item MLP is a retrieval task's\\)",
+        ),
+        (
+            {"configs": [{"task": "argmax_retrieval", "item_mlp": -1}]},
+            "item_mlp must be an integer >= 0",
+        ),
+        ({"base": {"attn_bias": "yes"}}, "attn_bias='yes' is invalid; allowed: False"),
     ],
 )
 def test_bad_specs_name_the_field(changes, message):
     with pytest.raises(ValueError, match=message):
         tiny_spec(**changes)
+
+
+def test_chapter_four_retrieval_configs_are_its_models_and_training():
+    configs = ch4.SPECS["ch4/retrieval"].configurations()
+    tasks = {
+        "argmax_retrieval": ArgmaxRetrieval(),
+        "dictionary_lookup": DictionaryLookup(),
+    }
+    training = TrainConfig(
+        steps=1000, batch=64, warmup=100, schedule="cosine", weight_decay=0.01
+    )
+    for config, variant in zip(configs, list(RETRIEVAL_VARIANTS) * 2):
+        setup = config.setup()
+        assert setup.task == tasks[config.task]
+        assert config.model_config() == retrieval_config(setup.task, variant)
+        assert config.train_config() == training
+        assert setup.sizes == ch4.TEST_SIZES and setup.train_length == 16
+    assert Config().setup().sizes == ()  # the other tasks test every length
 
 
 def test_every_config_field_is_checked_by_type():
@@ -119,3 +167,56 @@ def test_reference_scale_adds_seeds_steps_checkpoints_and_axes():
         spec.at_scale("huge")
     with pytest.raises(ValueError, match="unknown init 'xavier'"):
         Config(init="xavier")
+
+
+def test_components_reach_the_model_config_and_default_off():
+    config = Config(task="argmax_retrieval", item_mlp=32, attn_bias=True, n_heads=4)
+    model = config.model_config()
+    assert (model.item_mlp, model.attn_bias) == (32, True)
+    assert Config(attn_bias=True).model_config().attn_bias
+    for config in ch4.SPECS["ch4/retrieval"].configurations():  # the live run
+        assert (config.item_mlp, config.attn_bias) == (0, False)
+    assert (Config().item_mlp, Config().attn_bias) == (0, False)
+
+
+def test_chapter_four_reference_sweep_pairs_every_component_with_its_absence():
+    spec = ch4.SPECS["ch4/retrieval"].at_scale("reference")
+    configs = spec.configurations()
+    assert len(spec.seeds) == 10 and spec.checkpoints == (1000, 3000)
+    assert {c.steps for c in configs} == {6000}
+    # constant after the warm-up: a checkpoint is the shorter run's end
+    assert {c.schedule for c in configs} == {"constant"}
+    assert {c.train_path for c in configs} == {"auto"}
+    # per task: components x 3 variants x init x lr
+    assert len(configs) == (3 + 2) * 3 * 2 * 2 == 60
+    assert len({tuple(vars(c).values()) for c in configs}) == len(configs)
+    keys = ("task", "norm", "norm_kind", "init", "lr")
+    cells = {tuple(getattr(c, k) for k in keys) for c in configs}
+    assert len(cells) == 2 * 3 * 2 * 2
+    for cell in cells:
+        here = [c for c in configs if tuple(getattr(c, k) for k in keys) == cell]
+        components = {(c.attn_bias, c.item_mlp) for c in here}
+        expected = {(False, 0), (True, 0)}
+        if cell[0] == "argmax_retrieval":
+            expected.add((False, ch4.ITEM_MLP))
+        assert components == expected
+    # the rest is the live run's
+    live = ch4.SPECS["ch4/retrieval"].configurations()[0]
+    for name in ("d_model", "n_heads", "d_mlp", "batch", "warmup", "weight_decay"):
+        assert {getattr(c, name) for c in configs} == {getattr(live, name)}
+
+
+def test_chapter_four_reference_rerun_to_the_first_checkpoint_is_a_prefix():
+    # the store's re-run check trains one seed to the first checkpoint: the same
+    # learning rate at every step as the full run's (constant after the warm-up)
+    spec = ch4.SPECS["ch4/retrieval"].at_scale("reference")
+    first = spec.checkpoints[0]
+    short = spec.with_overrides(steps=first, checkpoints=())
+    for full, shorter in zip(spec.configurations(), short.configurations()):
+        a, b = full.train_config(), shorter.train_config()
+        assert [a.lr_factor(s) for s in range(first)] == [
+            b.lr_factor(s) for s in range(first)
+        ]
+    # the live cosine run would not be: its factor at step 1000 of 6000 is below 1
+    live = spec.configurations()[0].train_config()
+    assert replace(live, schedule="cosine").lr_factor(first) < 1

@@ -66,6 +66,8 @@ def test_a_changed_spec_or_a_missing_file_is_a_clear_error(swept, tmp_path):
     ):
         Store(folder).load(more_seeds)
     assert len(Store(folder).load(more_seeds, partial=True).rows) == 0
+    assert Store(folder).stale(more_seeds) == sorted(saved)
+    assert Store(folder).stale(spec) == []
     broken = json.loads(saved[1].read_text())
     del broken["provenance"]["cpu"]
     saved[1].write_text(json.dumps(broken))
@@ -87,3 +89,19 @@ def test_stored_metrics_match_a_rerun_of_one_seed(swept):
         if r["step"] == 20 and r["variant"] == "raw" and r["scale"] == 1.0
     )
     np.testing.assert_allclose(rerun["tv"], stored, rtol=1e-4, atol=1e-5)
+
+
+def test_a_later_config_field_at_its_default_keeps_the_stored_file_names():
+    # the keys of the files swept before attn_bias and item_mlp existed
+    from lengthgen_lite.chapters import ch1_set_complement as ch1
+    from lengthgen_lite.chapters import ch5_post_norm as ch5
+
+    baseline = ch1.SPECS["ch1/baseline"].at_scale("reference")
+    dropout = ch5.SPECS["ch5/dropout"].at_scale("reference")
+    assert [store.config_key(baseline, i) for i in range(2)] == [
+        "abf542149f26",
+        "957398929e72",
+    ]
+    assert store.config_key(dropout, 1) == "893bc70dc8cd"
+    biased = baseline.with_overrides(base={**baseline.base, "attn_bias": True})
+    assert store.config_key(biased, 0) != store.config_key(baseline, 0)

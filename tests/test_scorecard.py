@@ -50,11 +50,19 @@ ENTRIES = GLUE.findall(PAGE)
 NOTEBOOKS = sorted({nb for nb, _ in ENTRIES})
 
 
+REFERENCE_GLUE = re.compile(r"\{glue:text\}`/book/reference\.ipynb::([\w-]+):s`")
+REFERENCE_ROWS = [
+    line
+    for line in PAGE.splitlines()
+    if line.startswith("| ") and "/book/reference.ipynb::" in line
+]
+
+
 def test_every_row_has_a_verdict_a_number_and_a_link():
     rows = [
         line
         for line in PAGE.splitlines()
-        if line.startswith("| ") and "glue:text" in line
+        if line.startswith("| ") and "glue:text}`/notebooks/" in line
     ]
     assert len(rows) >= 20
     for row in rows:
@@ -141,3 +149,35 @@ def test_the_pretrained_model_row_measures_a_llama_family_decoder():
         "ch4-score-llama-number",
     ]
     assert "Llama-family" in row
+
+
+def test_reference_rows_come_from_the_reference_page_and_have_a_live_row():
+    glued = {}
+    nb = json.loads((ROOT / "book" / "reference.ipynb").read_text())
+    for cell in nb["cells"]:
+        for out in cell.get("outputs", []):
+            name = out.get("metadata", {}).get("scrapbook", {}).get("name")
+            if name is not None:
+                glued[name] = out["data"]["application/papermill.record/text/plain"]
+    live = {key.removesuffix("-verdict") for _, key in ENTRIES}
+    labels = set(
+        re.findall(
+            r"\(([\w-]+)\)=",
+            "\n".join(
+                "".join(c["source"])
+                for c in nb["cells"]
+                if c["cell_type"] == "markdown"
+            ),
+        )
+    )
+    assert REFERENCE_ROWS
+    for row in REFERENCE_ROWS:
+        keys = REFERENCE_GLUE.findall(row)
+        claim = keys[0].removesuffix("-ref-verdict")
+        assert keys == [
+            f"{claim}-ref-{part}" for part in ("verdict", "number", "budget")
+        ]
+        assert claim in live, f"{claim} has no live row"
+        assert ast.literal_eval(glued[keys[0]]) in VERDICTS
+        assert all(ast.literal_eval(glued[k]).strip() for k in keys)
+        assert REF.findall(row)[0] in labels

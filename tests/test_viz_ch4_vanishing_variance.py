@@ -195,3 +195,82 @@ def test_layer_slopes_heatmap_and_sink_scatter():
         )
     with pytest.raises(ValueError, match="at least one"):
         plot_layer_slopes([8, 16], {}, title="t")
+
+
+# --- the notebook's whole figures -----------------------------------------------------
+
+from lengthgen_lite.chapters import ch4_pretrained as pretrained  # noqa: E402
+from lengthgen_lite.chapters import ch4_vanishing_variance as ch4  # noqa: E402
+from lengthgen_lite.runs import Results  # noqa: E402
+from lengthgen_lite.viz import ch4_vanishing_variance as vp  # noqa: E402
+
+
+def fake_results() -> Results:
+    """Chapter 4's experiment with made-up per-size rows (2 seeds), nothing trained."""
+    spec = ch4.SPECS["ch4/retrieval"].with_overrides(seeds=2)
+    rng = np.random.default_rng(0)
+    sizes = list(ch4.TEST_SIZES)
+    metrics = [
+        "accuracy",
+        "target_attention",
+        "n_eff",
+        "median_feature_var",
+        "global_mean",
+        "global_var",
+        "normed_median_feature_var",
+        "normed_global_mean",
+        "normed_global_var",
+    ]
+    rows = [
+        {"config": i, "variant": "raw", "seed": k, "scale": 1.0, "step": 1000}
+        | {"s": sizes}
+        | {m: rng.uniform(0.1, 1.0, len(sizes)).tolist() for m in metrics}
+        for i in range(6)
+        for k in range(2)
+    ]
+    return Results(spec, rows)
+
+
+def test_the_retrieval_figures_draw_every_task_and_variant():
+    results, N = fake_results(), np.array(ch4.TEST_SIZES)
+    accuracy = ch4.fields(results, "accuracy")
+    fig = vp.accuracy_figure(N, accuracy)
+    assert [ax.get_title() for ax in fig.axes] == list(ch4.TASK_IDS)
+    fig = vp.statistics_figure(N, results)
+    assert (
+        len(fig.axes) == 6 and fig.axes[0].get_title() == "argmax: per-feature variance"
+    )
+    # baseline before; layernorm and standardize before and after
+    assert len(fig.axes[2].get_legend().get_texts()) >= 5
+    fig = vp.attention_figure(N, results)
+    assert fig.axes[3].get_title() == (
+        "dictionary lookup: effective number of attended items"
+    )
+    rescaled = {t: accuracy[t]["baseline"] for t in ch4.TASK_IDS}
+    fig = vp.rescaled_figure(N, results, accuracy, rescaled)
+    labels = [t.get_text() for t in fig.axes[0].get_legend().get_texts()]
+    assert labels[-1] == "no norm, rescaled at test time"
+
+
+def test_the_random_head_and_minilm_figures():
+    sizes = [4, 16, 64]
+    curves = {"uniform": np.array([1.0, 0.5, 0.25])}
+    fig = vp.random_head_figure(sizes, curves, {"uniform": np.array([4.0, 16, 64])})
+    assert len(fig.axes) == 2 and fig.axes[1].get_yscale() == "log"
+
+    class Table:
+        after_wo = np.abs(np.random.default_rng(1).normal(size=(3, 2, 5))) + 0.1
+
+    tables = {"MiniLM": Table(), "random init": Table()}
+    bert_curves = pretrained.minilm_curves(tables, [1, "middle"])
+    assert list(bert_curves[1]) == [
+        "MiniLM, median",
+        "MiniLM, o_0",
+        "random init, median",
+        "random init, o_0",
+    ]
+    np.testing.assert_allclose(
+        bert_curves["middle"]["MiniLM, o_0"], Table.after_wo[:, 1, 0]
+    )
+    fig = vp.minilm_figure(sizes, bert_curves)
+    assert fig.axes[1].get_title() == "middle position N/2"

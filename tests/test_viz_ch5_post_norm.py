@@ -105,3 +105,37 @@ def test_placement_curves_keep_each_placement_colour():
         plot_placement_curves(s, {}, ylabel="y", title="t")
     with pytest.raises(ValueError, match="must be \\[len\\(s\\)\\]"):
         plot_placement_curves(s, {"none": np.ones(4)}, ylabel="y", title="t")
+
+
+# five training steps leave the logit gap negative: nothing to draw on a log axis
+@pytest.mark.filterwarnings("ignore:Data has no positive values")
+def test_chapter_figures_from_tiny_runs():
+    import matplotlib.pyplot as plt
+
+    from lengthgen_lite.chapters import ch5_post_norm as ch5
+    from lengthgen_lite.runs import run
+    from lengthgen_lite.viz import ch5_post_norm as figures
+
+    def tiny(name):
+        spec = ch5.SPECS[name].with_overrides(seeds=[0, 1], steps=5, n_test=50)
+        return run(spec, progress=False)
+
+    placements, dropout = tiny("ch5/placements"), tiny("ch5/dropout")
+    profiles = ch5.profiles(placements, n_sequences=20)
+    drawn = {
+        "metrics": figures.plot_placement_metrics(placements, train_length=4, title=""),
+        "gap": figures.plot_gap_growth(profiles, train_length=4, title=""),
+        "mechanism": figures.plot_soft_mechanism(profiles, train_length=4, title=""),
+        "divisor": figures.plot_divisor_law(profiles, train_length=4, title=""),
+        "dropout": figures.plot_dropout(placements, dropout, train_length=4, title=""),
+    }
+    assert {name: len(fig.axes) for name, fig in drawn.items()} == {
+        "metrics": 4,
+        "gap": 2,
+        "mechanism": 3,
+        "divisor": 2,
+        "dropout": 2,
+    }
+    assert drawn["divisor"].axes[0].get_ylabel() == "divisor(s) / divisor(1)"
+    for fig in drawn.values():
+        plt.close(fig)

@@ -77,3 +77,27 @@ def test_plot_curves_labels_the_length_axis():
         train_length=16,
     )
     assert ax.get_xlabel().startswith("length s") and ax.get_title() == "t"
+
+
+def test_chapter_figures_from_a_tiny_run():
+    import matplotlib.pyplot as plt
+
+    from lengthgen_lite.chapters import ch7_beyond_set_complement as ch7
+    from lengthgen_lite.runs import run
+    from lengthgen_lite.viz import ch7_beyond_set_complement as figures
+
+    spec = ch7.SPECS["ch7/placements"].with_overrides(seeds=[0, 1], steps=5, n_test=50)
+    results = run(spec, progress=False)
+    share = results.curves(
+        "share_single", task="tictactoe", targets="soft", norm="none"
+    )[0]
+    drawn = [
+        figures.plot_game_placements(results, title=""),
+        figures.plot_running_and_finished(results, share, title=""),
+        figures.plot_game_diagnostics(results, title=""),
+        figures.plot_languages(results, title=""),
+    ]
+    assert [len(fig.axes) for fig in drawn] == [4, 2, 2, 4]
+    assert drawn[3].axes[2].get_title() == "unlock, soft targets"
+    for fig in drawn:
+        plt.close(fig)

@@ -17,6 +17,7 @@ from lengthgen_lite.viz.common import (
     plot_length_curves,
     plot_metric,
     plot_seed_bands,
+    plot_tv_and_invalid_mass,
     rows_frame,
     shade_training_range,
 )
@@ -192,3 +193,28 @@ def test_glue_round_glues_rounded_values_without_display(monkeypatch):
     assert isinstance(glued[1][1], int)
     with pytest.raises(ValueError, match="digits"):
         glue_round("x", 1.0, -1)
+
+
+def test_tv_and_invalid_mass_grid_has_a_row_per_metric_and_a_column_per_kind():
+    s = np.arange(1, 6)
+    calls = []
+
+    def curves(targets, metric):
+        calls.append((targets, metric))
+        return {"a": np.full((2, 5), 0.5)}
+
+    fig = plot_tv_and_invalid_mass(
+        s, curves, ("soft", "sampled"), tv_label="TV", train_length=2, title="t"
+    )
+    titles = [ax.get_title() for ax in fig.axes]
+    assert titles == [
+        "TV, soft targets",
+        "TV, sampled targets",
+        "Invalid mass, soft targets",
+        "Invalid mass, sampled targets",
+    ]
+    assert fig.axes[0].get_legend() is not None and fig.axes[1].get_legend() is None
+    assert ("sampled", "invalid_mass") in calls
+    plt.close(fig)
+    with pytest.raises(ValueError, match="targets must name"):
+        plot_tv_and_invalid_mass(s, curves, (), tv_label="TV", train_length=2, title="")

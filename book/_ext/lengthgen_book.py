@@ -318,6 +318,9 @@ class ScorecardBadges(SphinxPostTransform):
         for table in self.document.findall(nodes.table):
             if "scorecard" in table["classes"]:
                 verdicts += self.badge_column(table)
+            elif "reference-scorecard" in table["classes"]:
+                # the same claims at the reference scale: badges, not counted again
+                self.badge_column(table, "reference verdict")
         for summary in list(self.document.findall(nodes.paragraph)):
             if "verdict-summary" not in summary["classes"]:
                 continue
@@ -331,17 +334,17 @@ class ScorecardBadges(SphinxPostTransform):
                 summary += nodes.Text(f"{', ' if i else ''}{count} ")
                 summary += badge(word)
 
-    def badge_column(self, table: nodes.table) -> list[str]:
-        """Replace each verdict cell's text by its badge; return the verdicts, or []
-        after a warning."""
+    def badge_column(self, table: nodes.table, name: str = "verdict") -> list[str]:
+        """Replace each cell's text in column ``name`` by its badge; return the
+        verdicts, or [] after a warning."""
         header = [
             entry.astext().strip()
             for entry in next(table.findall(nodes.thead)).findall(nodes.entry)
         ]
-        if "verdict" not in header:
-            LOGGER.warning("scorecard table has no 'verdict' column", location=table)
+        if name not in header:
+            LOGGER.warning(f"scorecard table has no {name!r} column", location=table)
             return []
-        column = header.index("verdict")
+        column = header.index(name)
         words = []
         for row in next(table.findall(nodes.tbody)).findall(nodes.row):
             cell = row[column]

@@ -238,3 +238,19 @@ def attention_output_std(
         np.stack(after),
         np.stack(n_eff),
     )
+
+
+def minilm_curves(
+    tables: dict[str, StdTable], positions: Sequence[Position]
+) -> dict[Position, dict[str, np.ndarray]]:
+    """Per position (in ``positions``' order), per model name: the std after W_O as the
+    median over the components (``"<name>, median"``) and of the fixed component o_0
+    (``"<name>, o_0"``), each [len(N)]."""
+    out: dict[Position, dict[str, np.ndarray]] = {}
+    for i, position in enumerate(positions):
+        curves = {}
+        for name, table in tables.items():
+            curves[f"{name}, median"] = np.median(table.after_wo[:, i], axis=1)
+            curves[f"{name}, o_0"] = table.after_wo[:, i, 0]
+        out[position] = curves
+    return out

@@ -1,5 +1,5 @@
 """Vanishing variance (chapter 4): the Monte-Carlo law, the distribution-shift
-statistics, and the retrieval experiments (runner, per-N evaluation, interventions).
+statistics, and the retrieval experiments (spec, per-N evaluation, interventions).
 
 A single attention head with a fixed query over N i.i.d. items outputs ``o = sum_i a_i
 v_i``. With uniform weights ``Var(o_j) = sigma_j^2 / N``; with weights independent of
@@ -8,14 +8,20 @@ zero-mean values ``Var(o_j) = sigma_j^2 E[1 / N_eff]``, ``N_eff = 1 / sum_i a_i^
 summarises any [samples, d] set of outputs.
 
 The retrieval model itself (``RetrievalTransformer``, ``retrieval_config``) and the two
-tasks live in :mod:`lengthgen_lite.core.retrieval`; here every variant is trained
-(:func:`run_variants`) and read at every set size N (:func:`evaluate_retrieval`):
-accuracy, attention, and the shift statistics before (``blocks.0.hook_attn_out``) and
-after (``blocks.0.ln_attn_out.hook_normalized``) the norm.
+tasks live in :mod:`lengthgen_lite.core.retrieval`. The experiment is declared as data
+(``SPECS["ch4/retrieval"]``: two tasks x three variants, no norm, LayerNorm or
+standardization after the attention output); :func:`~lengthgen_lite.runs.runner.run`
+trains each configuration's seeds in one batched call and reads every model at every
+set size N with :func:`evaluate_retrieval` (registered as the "retrieval" evaluation,
+:func:`evaluate_sizes`): accuracy, attention, and the shift statistics before
+(``blocks.0.hook_attn_out``) and after (``blocks.0.ln_attn_out.hook_normalized``) the
+norm. :func:`field` and :func:`fields` read them back from the ``Results``.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import itertools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -31,12 +37,12 @@ from ..core.retrieval import (
     RETRIEVAL_VARIANTS,
     ArgmaxRetrieval,
     RetrievalTask,
-    RetrievalTransformer,
-    retrieval_config,
 )
 from ..core.seeding import make_generator
-from ..core.training import TrainConfig, TrainResult, train
+from ..core.training import TrainResult
 from ..core.validation import is_int
+from ..runs import Results, Spec
+from ..runs.runner import register_evaluation
 from ..runs.scorecard import Claim, demonstration, verdict
 
 
@@ -171,17 +177,37 @@ def standardize(outputs: Tensor, eps: float = 1e-5) -> Tensor:
     return torch.nn.functional.layer_norm(outputs, outputs.shape[-1:], eps=eps)
 
 
+def head_monte_carlo(
+    head: RandomHead,
+    N: Sequence[int],
+    sharpness: dict[str, float],
+    n_sets: int = 1000,
+    seed: int = 1,
+) -> tuple[dict[str, np.ndarray], ...]:
+    """Section 1's Monte Carlo: per sharpness label, on the same ``n_sets`` input sets
+    per N (``seed``): the std of o_0 [len(N)], the law's prediction
+    sigma_0 sqrt(E[1/N_eff]) [len(N)], the mean N_eff [len(N)], and every component's
+    std [len(N), d_model]."""
+    std, law, n_eff, all_std = {}, {}, {}, {}
+    for label, scale in sharpness.items():
+        gen = make_generator(seed)  # the same input sets for every sharpness
+        samples = [random_head_outputs(head, n, n_sets, scale, gen) for n in N]
+        all_std[label] = np.array([s.outputs.std(dim=0).numpy() for s in samples])
+        std[label] = all_std[label][:, 0]  # the fixed component j = 0
+        law[label] = head.value_std[0] * np.sqrt(
+            [(1 / s.n_eff).mean().item() for s in samples]
+        )
+        n_eff[label] = np.array([s.n_eff.mean().item() for s in samples])
+    return std, law, n_eff, all_std
+
+
 # --- the retrieval experiments --------------------------------------------------------
 
 ATTN_OUT = "blocks.0.hook_attn_out"
 NORMED = "blocks.0.ln_attn_out.hook_normalized"
 PATTERN = "blocks.0.attn.hook_pattern"
-# The book's choices (the paper gives none): N ~ U{2..16} in training, AdamW, cosine
-# schedule.
-RETRIEVAL_TRAIN = TrainConfig(
-    steps=1000, batch=64, lr=3e-3, warmup=100, schedule="cosine", weight_decay=0.01
-)
 TEST_SIZES = (8, 16, 32, 64, 128, 256, 512, 1024)
+N_COMPONENTS = 3  # fixed components whose variance a table keeps
 
 
 def scaled_attention_output(scale: float | Tensor) -> dict[str, HookFn]:
@@ -251,6 +277,13 @@ class RetrievalTable:
     normed_global_var: np.ndarray | None
 
 
+TABLE_FIELDS = tuple(
+    f.name
+    for f in dataclasses.fields(RetrievalTable)
+    if f.name not in ("N", "n_samples", "seed")
+)
+
+
 @torch.no_grad()
 def evaluate_retrieval(
     model: nn.Module,
@@ -258,7 +291,7 @@ def evaluate_retrieval(
     sizes: Sequence[int],
     n_samples: int = 500,
     seed: int = 0,
-    n_components: int = 3,
+    n_components: int = N_COMPONENTS,
     scale: Sequence[float] | None = None,
     chunk: int = EVAL_CHUNK,
 ) -> RetrievalTable:
@@ -348,87 +381,197 @@ def attention_output_samples(
     return cache[ATTN_OUT][:, -1], cache[NORMED][:, -1] if normed else None
 
 
-def stack_field(tables: Sequence[RetrievalTable], field: str) -> np.ndarray:
-    """One RetrievalTable field across seeds: [K, len(N)] (or [K, len(N), ...])."""
-    if not tables:
-        raise ValueError("tables must hold at least one RetrievalTable")
-    values = [getattr(table, field) for table in tables]
-    if any(v is None for v in values):
-        raise ValueError(
-            f"field {field!r} is missing (None) in some tables: a model "
-            "without a norm has no normed_*"
-        )
-    return np.stack(values)
-
-
-@dataclass
-class VariantRun:
-    """One variant trained over K seeds (one batched ``train`` call) and evaluated per
-    seed."""
-
-    result: TrainResult
-    tables: list[RetrievalTable]
-
-    def field(self, name: str) -> np.ndarray:
-        return stack_field(self.tables, name)
-
-
-def run_variants(
+def evaluate_sizes(
+    models: Sequence[nn.Module],
     task: RetrievalTask,
-    variants: Sequence[str] = tuple(RETRIEVAL_VARIANTS),
-    seeds: Sequence[int] = (0, 1, 2),
-    train_cfg: TrainConfig = RETRIEVAL_TRAIN,
-    sizes: Sequence[int] = TEST_SIZES,
-    n_samples: int = 500,
-    progress: bool = True,
-    **model_overrides: object,
-) -> dict[str, VariantRun]:
-    """Train every variant on ``task`` (all seeds in one ``train`` call each) and
-    evaluate at ``sizes``.
+    sizes: Sequence[int],
+    n_samples: int,
+    seed: int,
+) -> dict[str, np.ndarray]:
+    """The runner's "retrieval" evaluation: :func:`evaluate_retrieval` of every model,
+    as per-size fields [K, len(N)] (``s`` is N). Components 0..2 of ``feature_var``
+    become ``feature_var_0``..``_2``; a model without a norm has ``normed_*`` nan."""
+    tables = [evaluate_retrieval(m, task, sizes, n_samples, seed) for m in models]
+    nan = np.full((len(models), len(sizes)), np.nan)
+    out = {"s": np.asarray(sizes)}
+    for name in TABLE_FIELDS:
+        base = name.removeprefix("normed_")
+        if base == "feature_var":
+            for j in range(N_COMPONENTS):
+                values = [getattr(t, name) for t in tables]
+                out[f"{name}_{j}"] = (
+                    nan if values[0] is None else np.stack([v[:, j] for v in values])
+                )
+        else:
+            values = [getattr(t, name) for t in tables]
+            out[name] = nan if values[0] is None else np.stack(values)
+    return out
 
-    Every model is tested on the same sets (evaluation seed 0).
-    """
-    runs = {}
-    for variant in variants:
-        cfg = retrieval_config(task, variant, **model_overrides)
-        result = train(
-            cfg,
-            task,
-            train_cfg,
-            seeds=list(seeds),
-            model_class=RetrievalTransformer,
-            progress=progress,
-            desc=f"{type(task).__name__}, {variant}",
+
+# --- the chapter's experiment, declared as data ---------------------------------------
+
+# the notebook's task names -> the runner's (runs.spec.RETRIEVAL_TASKS)
+TASK_IDS = {
+    "argmax retrieval": "argmax_retrieval",
+    "dictionary lookup": "dictionary_lookup",
+}
+SEEDS = (0, 1, 2)
+# The reference scale's sensitivity axes (issue 19); the steps axis is the checkpoints
+# (1000, 3000, 6000). The book's init against PyTorch's own, two learning rates.
+REFERENCE_AXES = {"init": ("book", "torch"), "lr": (1e-3, 3e-3)}
+# The reviewers' components, each against its absence in every cell: an item MLP
+# (hidden width) for argmax retrieval; biases on W_V/W_O for the mean drift (every
+# task and variant: the drift row covers all six models).
+ITEM_MLP = 64
+REFERENCE_COMPONENTS = {
+    "argmax_retrieval": ({}, {"attn_bias": True}, {"item_mlp": ITEM_MLP}),
+    "dictionary_lookup": ({}, {"attn_bias": True}),
+}
+
+
+def reference_configs() -> list[dict[str, object]]:
+    """The reference sweep's configurations: per task, its components x the three
+    variants x init x lr (a list, not a grid: a variant is two fields, and the item MLP
+    is argmax retrieval's only).
+
+    Constant learning rate after the warm-up, not the live run's cosine: a checkpoint
+    of a constant-rate run is the shorter run's end, so the checkpoints are honest
+    budgets (the steps axis) and the store's re-run check can retrain one seed to the
+    first checkpoint; the two learning rates stand in for the annealed one."""
+    return [
+        {"task": task, **component, **variant, "init": init, "lr": lr}
+        for task, components in REFERENCE_COMPONENTS.items()
+        for component in components
+        for variant in RETRIEVAL_VARIANTS.values()
+        for init, lr in itertools.product(*REFERENCE_AXES.values())
+    ]
+
+
+SPECS: dict[str, Spec] = {
+    "ch4/retrieval": Spec(
+        name="ch4/retrieval",
+        description=(
+            "argmax retrieval and dictionary lookup: no norm, LayerNorm or "
+            "standardization after the attention output"
+        ),
+        configs=[
+            {"task": task, **fields}
+            for task in TASK_IDS.values()
+            for fields in RETRIEVAL_VARIANTS.values()
+        ],
+        # core.retrieval.retrieval_config's model (d_model 64, 4 heads, MLP 256); the
+        # book's training (the paper gives none): N ~ U{2..16}, AdamW, cosine schedule
+        base={
+            "n_heads": 4,
+            "d_mlp": 256,
+            "steps": 1000,
+            "batch": 64,
+            "lr": 3e-3,
+            "warmup": 100,
+            "schedule": "cosine",
+            "weight_decay": 0.01,
+            "test_length": TEST_SIZES[-1],
+        },
+        seeds=SEEDS,
+        n_test=500,  # test sets per N, the same for every model
+        reference={"configs": reference_configs(), "base": {"schedule": "constant"}},
+    )
+}
+register_evaluation("retrieval", evaluate_sizes)
+
+
+# --- reading the results --------------------------------------------------------------
+
+
+def field(results: Results, name: str, task: str, variant: str) -> np.ndarray:
+    """One per-size field of one trained variant: [K, len(N)] (``feature_var``: [K,
+    len(N), 3]). ``task`` is the notebook's name ("dictionary lookup"), ``variant`` one
+    of ``RETRIEVAL_VARIANTS``."""
+    if task not in TASK_IDS or variant not in RETRIEVAL_VARIANTS:
+        raise ValueError(
+            f"task={task!r}, variant={variant!r} is unknown; allowed: tasks "
+            f"{tuple(TASK_IDS)}, variants {tuple(RETRIEVAL_VARIANTS)}"
         )
-        runs[variant] = VariantRun(
-            result,
-            [evaluate_retrieval(m, task, sizes, n_samples) for m in result.models],
+    where = {"task": TASK_IDS[task], **RETRIEVAL_VARIANTS[variant]}
+    if name.removeprefix("normed_") == "feature_var":
+        return np.stack(
+            [results.curves(f"{name}_{j}", **where) for j in range(N_COMPONENTS)], -1
         )
-    return runs
+    return results.curves(name, **where)
+
+
+def fields(results: Results, name: str) -> dict[str, dict[str, np.ndarray]]:
+    """``name`` of every task and variant: task -> variant -> [K, len(N)]."""
+    return {
+        t: {v: field(results, name, t, v) for v in RETRIEVAL_VARIANTS} for t in TASK_IDS
+    }
+
+
+def trained(results: Results, task: str, variant: str) -> TrainResult:
+    """The trained models and losses of one task and variant (in memory only)."""
+    field(results, "accuracy", task, variant)  # the names' check
+    return results.result(task=TASK_IDS[task], **RETRIEVAL_VARIANTS[variant])
+
+
+def final_losses(results: Results, last: int = 50) -> dict[tuple[str, str], np.ndarray]:
+    """Each model's training loss averaged over the ``last`` steps: (task, variant) ->
+    [K]."""
+    return {
+        (t, v): trained(results, t, v).loss[-last:].mean(0)
+        for t in TASK_IDS
+        for v in RETRIEVAL_VARIANTS
+    }
+
+
+def fit_glue(
+    final_loss: dict[tuple[str, str], np.ndarray],
+    accuracy: Sequence[np.ndarray],
+    at16: int,
+) -> dict[str, float]:
+    """The fit numbers the prose quotes: the largest final loss, the smallest accuracy
+    at N = 16 (``accuracy``: every model's [K, len(N)])."""
+    return {
+        "loss_max": round(float(max(loss.max() for loss in final_loss.values())), 2),
+        "acc16_min": round(float(min(acc[:, at16].min() for acc in accuracy)), 2),
+    }
 
 
 def evaluate_rescaled(
     model: nn.Module,
     task: RetrievalTask,
-    table: RetrievalTable,
+    sizes: Sequence[int],
+    attn_out_rms: np.ndarray,
+    n_samples: int = 500,
+    seed: int = 0,
     reference_size: int = 16,
 ) -> RetrievalTable:
-    """Re-evaluate on ``table``'s test sets with the attention output rescaled, at every
+    """Re-evaluate on the same test sets with the attention output rescaled, at every
     N, to the mean RMS it had at ``reference_size`` (a training size): a norm bolted on
-    at test time."""
-    sizes = [int(n) for n in table.N]
+    at test time. ``attn_out_rms`` [len(sizes)] is the model's own (its table's)."""
+    sizes = [int(n) for n in sizes]
     if reference_size not in sizes:
         raise ValueError(
-            f"reference_size={reference_size} is not among the table's sizes {sizes}"
+            f"reference_size={reference_size} is not among the sizes {sizes}"
         )
-    scale = table.attn_out_rms[sizes.index(reference_size)] / table.attn_out_rms
+    scale = attn_out_rms[sizes.index(reference_size)] / np.asarray(attn_out_rms)
     return evaluate_retrieval(
-        model,
-        task,
-        sizes,
-        n_samples=table.n_samples,
-        seed=table.seed,
-        scale=list(scale),
+        model, task, sizes, n_samples=n_samples, seed=seed, scale=list(scale)
+    )
+
+
+def rescaled_accuracy(results: Results, task: str) -> np.ndarray:
+    """The baseline of ``task`` with its attention output rescaled at test time
+    (:func:`evaluate_rescaled`), on the runner's test sets: accuracy [K, len(N)]."""
+    spec, sizes = results.spec, results.lengths(task=TASK_IDS[task])
+    rms = field(results, "attn_out_rms", task, "baseline")
+    setup = next(c for c in results.configs if c.task == TASK_IDS[task]).setup()
+    return np.stack(
+        [
+            evaluate_rescaled(
+                m, setup.task, sizes, rms[k], spec.n_test, spec.eval_seed
+            ).accuracy
+            for k, m in enumerate(trained(results, task, "baseline").models)
+        ]
     )
 
 
@@ -669,6 +812,31 @@ def layernorm_scorecard(
     return claim, float(share)
 
 
+def layernorm_rows(
+    accuracy: dict[str, dict[str, np.ndarray]],
+    at16: int,
+    long: np.ndarray,
+    long_se: float,
+    n_sets: int,
+) -> tuple[list[Claim], dict[str, float]]:
+    """:func:`layernorm_scorecard` of both tasks (dictionary first): the rows, and the
+    share recovered per task key ("dict", "argmax"), rounded to 2 decimals."""
+    rows, shares = [], {}
+    for t, key in (("dictionary lookup", "dict"), ("argmax retrieval", "argmax")):
+        claim, share = layernorm_scorecard(
+            accuracy[t]["layernorm"],
+            accuracy[t]["baseline"],
+            key,
+            at16,
+            long,
+            long_se,
+            n_sets,
+        )
+        rows.append(claim)
+        shares[key] = round(share, 2)
+    return rows, shares
+
+
 def shift_scorecard(
     after: np.ndarray,
     before: np.ndarray,
@@ -728,24 +896,25 @@ class ShiftRatios:
         return np.abs(np.log(pinned / pinned[:, :1])).max(1)
 
 
-def shift_ratios(
-    runs: dict[str, dict[str, VariantRun]], n_sets: int, d_model: int = 64
-) -> ShiftRatios:
-    """:class:`ShiftRatios` of ``runs[task][variant]``, tested on ``n_sets`` sets per N.
-    A variance over n sets has relative standard error sqrt(2 / (n - 1)); a ratio of
-    two, sqrt(4 / (n - 1)) (9 % at 500); the median over d_model components about 1.25 /
-    sqrt(d_model) of that, if they were independent."""
+def shift_ratios(results: Results, d_model: int = 64) -> ShiftRatios:
+    """:class:`ShiftRatios` of every task and variant of ``results``, tested on
+    ``spec.n_test`` sets per N. A variance over n sets has relative standard error
+    sqrt(2 / (n - 1)); a ratio of two, sqrt(4 / (n - 1)) (9 % at 500); the median over
+    d_model components about 1.25 / sqrt(d_model) of that, if they were independent."""
     before, after, global_ratio, fixed, pinned, drift = {}, {}, {}, {}, {}, {}
-    for t, variants in runs.items():
-        fixed[t] = variants["baseline"].field("feature_var")
-        for v, run in variants.items():
-            before[t, v] = end_ratio(run.field("median_feature_var"))
-            global_ratio[t, v] = end_ratio(run.field("global_var"))
-            mean, var = run.field("global_mean"), run.field("global_var")
+    for t in TASK_IDS:
+        fixed[t] = field(results, "feature_var", t, "baseline")
+        for v in RETRIEVAL_VARIANTS:
+            before[t, v] = end_ratio(field(results, "median_feature_var", t, v))
+            mean, var = (field(results, k, t, v) for k in ("global_mean", "global_var"))
+            global_ratio[t, v] = end_ratio(var)
             drift[t, v] = np.abs(mean[:, -1] - mean[:, 0]) / np.sqrt(var[:, 0])
             if v != "baseline":
-                after[t, v] = end_ratio(run.field("normed_median_feature_var"))
-                pinned[t, v] = run.field("normed_global_var")
+                after[t, v] = end_ratio(
+                    field(results, "normed_median_feature_var", t, v)
+                )
+                pinned[t, v] = field(results, "normed_global_var", t, v)
+    n_sets = results.spec.n_test
     se = 1.25 * np.sqrt(4 / (n_sets - 1)) / np.sqrt(d_model)
     return ShiftRatios(se, before, after, global_ratio, fixed, pinned, drift)
 
@@ -795,33 +964,58 @@ class AttentionCollapse:
     neff_ratio_argmax: float
 
 
-def attention_collapse(runs: dict[str, dict[str, VariantRun]]) -> AttentionCollapse:
-    """:class:`AttentionCollapse` of ``runs[task][variant]`` (fields
+def attention_collapse(results: Results) -> AttentionCollapse:
+    """:class:`AttentionCollapse` of every task and variant of ``results`` (fields
     ``target_attention``, ``n_eff``)."""
-    normed_gap, seed_spread, target, neff = {}, {}, {}, {}
-    for t, variants in runs.items():
-        base_runs = variants["baseline"].field("target_attention")
+    mass, neff = fields(results, "target_attention"), fields(results, "n_eff")
+    normed_gap, seed_spread, target, neff_end = {}, {}, {}, {}
+    for t in TASK_IDS:
+        base_runs = mass[t]["baseline"]
         base = base_runs.mean(0)
         for v in ("layernorm", "standardize"):
-            runs_v = variants[v].field("target_attention")
+            runs_v = mass[t][v]
             normed_gap[t, v] = np.abs(runs_v.mean(0) - base) / base
             seed_spread[t, v] = (
                 np.ptp(runs_v, axis=0) + np.ptp(base_runs, axis=0)
             ) / base
-        target[t] = float(
-            np.mean(
-                [
-                    run.field("target_attention")[:, -1].mean()
-                    for run in variants.values()
-                ]
-            )
-        )
-        neff[t] = float(
-            np.mean([run.field("n_eff")[:, -1].mean() for run in variants.values()])
-        )
-    a = runs["argmax retrieval"]
+        target[t] = float(np.mean([m[:, -1].mean() for m in mass[t].values()]))
+        neff_end[t] = float(np.mean([n[:, -1].mean() for n in neff[t].values()]))
+    a = neff["argmax retrieval"]
     ratio = min(
-        a[v].field("n_eff")[:, -1].mean() / a["baseline"].field("n_eff")[:, -1].mean()
+        a[v][:, -1].mean() / a["baseline"][:, -1].mean()
         for v in ("layernorm", "standardize")
     )
-    return AttentionCollapse(normed_gap, seed_spread, target, neff, float(ratio))
+    return AttentionCollapse(normed_gap, seed_spread, target, neff_end, float(ratio))
+
+
+def collapse_glue(collapse: AttentionCollapse, largest: int) -> dict[str, float]:
+    """The attention numbers the prose quotes, rounded, in the order the chapter glues
+    them; ``largest`` is the largest N (N_eff is shown as a share of its N + 1 keys)."""
+    a, d = "argmax retrieval", "dictionary lookup"
+    out = {"neff_ratio_argmax": round(collapse.neff_ratio_argmax, 1)}
+    for t, key in ((a, "argmax"), (d, "dict")):
+        out[f"target_{key}_1024"] = round(collapse.target_at_largest[t], 2)
+    for t, key in ((a, "argmax"), (d, "dict")):
+        out[f"neff_{key}_share"] = round(
+            collapse.neff_at_largest[t] / float(largest + 1), 2
+        )
+    gap = max(g.max() for g in collapse.normed_gap.values())
+    return out | {"target_gap_max": round(float(gap), 2)}
+
+
+def rescaling_glue(
+    bolt_gain: dict[str, np.ndarray], long: np.ndarray, misses: Sequence[NearMisses]
+) -> dict[str, float]:
+    """The numbers of the two checks (a norm bolted on at test time, the argmax errors'
+    anatomy) the prose quotes, rounded, in the order the chapter glues them."""
+    d, a = bolt_gain["dictionary lookup"], bolt_gain["argmax retrieval"]
+    near = np.array([m.near_miss for m in misses])
+    return {
+        "bolt_dict_long": round(float(d[:, long].mean(1).mean()), 2),
+        "bolt_dict_1024": round(float(d[:, -1].mean()), 2),
+        "bolt_argmax_max": round(float(np.abs(a.mean(0)).max()), 2),
+        "near_min": round(float(near.min()), 2),
+        "near_max": round(float(near.max()), 2),
+        "near_chance": round(float(misses[0].chance), 3),
+        "argmax_error_1024": round(float(np.mean([m.error_rate for m in misses])), 2),
+    }

@@ -19,6 +19,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
+from functools import partial
 
 import numpy as np
 import torch
@@ -26,13 +27,22 @@ from torch import Tensor, nn
 
 from ..core import metrics
 from ..core.evaluation import length_metrics
-from ..core.model import PLACEMENTS, hooks_installed, run_with_cache, run_with_hooks
+from ..core.model import (
+    PLACEMENTS,
+    ModelConfig,
+    hooks_installed,
+    run_with_cache,
+    run_with_hooks,
+)
 from ..core.seeding import make_generator
-from ..core.tasks import sample_sequences, seen_mask, target_distribution
+from ..core.tasks import SetComplement, sample_sequences, seen_mask, target_distribution
+from ..core.training import TrainConfig
 from ..core.validation import require_choice, require_number
 from ..runs import Results, Spec
 from ..runs.scorecard import Claim, verdict
 from .ch1_set_complement import BASELINE, REFERENCE_AXES, SEEDS, TRAIN_LENGTH
+from .ch1_set_complement import book_choices as ch1_choices
+from .ch3_construction import ln_gap
 
 # The norm whose input contains the attention average, by placement. "pre" normalises
 # only the token embeddings before attention, and "none" has no norm: neither can
@@ -196,7 +206,8 @@ SPECS: dict[str, Spec] = {
         grid={"targets": TARGETS, "norm": PLACEMENTS},
         base=BASELINE,
         seeds=SEEDS,
-        reference={"grid": REFERENCE_AXES},
+        # the reference sweep keeps the placements the scorecard's claims compare
+        reference={"grid": {"norm": ("none", "post", "attn_out"), **REFERENCE_AXES}},
     ),
     "ch5/deeper": Spec(
         name="ch5/deeper",
@@ -322,6 +333,246 @@ def relative(
     """``field`` of each seed divided by its value at s = 1: [K, len(s)]."""
     values = stack_profile(profiles[(targets, norm)], field)
     return values / values[:, :1]
+
+
+def book_choices(
+    task: SetComplement, model_cfg: ModelConfig, train_cfg: TrainConfig
+) -> dict[str, object]:
+    """The setup table's rows: chapter 1's baseline (its
+    :func:`~lengthgen_lite.chapters.ch1_set_complement.book_choices`) with the rows this
+    chapter varies or keeps fixed (all the book's choice)."""
+    base = ch1_choices(task, model_cfg, train_cfg)
+    model = ("v", "training lengths s", "d_model", "layers", "heads")
+    return {
+        **{key: base[key] for key in model},
+        "MLP": "none",
+        "norm kind": f"{model_cfg.norm_kind} (gain and bias)",
+        **{key: base[key] for key in ("steps", "lr", "batch")},
+        "seeds": len(SEEDS),
+    }
+
+
+def placement_numbers(results: Results) -> dict[str, float]:
+    """The numbers the prose quotes about the placements (glue name -> rounded value):
+    mean TV beyond the training lengths per target kind and placement, attn_out's TV at
+    the longest length, and the worst placement's mean TV at the training lengths."""
+    numbers = {
+        f"tv_beyond_{targets}_{norm}": round(
+            float(per_seed(results, "tv_beyond", targets, norm).mean()), 3
+        )
+        for targets in TARGETS
+        for norm in PLACEMENTS
+    }
+    longest = per_seed(results, "tv_longest", "soft", "attn_out")
+    numbers["tv_longest_soft_attn_out"] = round(float(longest.mean()), 3)
+    tv_train = max(
+        per_seed(results, "tv_train", "soft", norm).mean() for norm in PLACEMENTS
+    )
+    numbers["tv_train_soft_max"] = round(float(tv_train), 3)
+    return numbers
+
+
+def growth_numbers(
+    profiles: Mapping[tuple[str, str], Sequence[GapProfile]],
+) -> dict[str, float]:
+    """s x gap at the longest s over s = 1, mean over seeds, per target kind and
+    placement (glue name ``growth_<targets>_<norm>`` -> value rounded to 2 digits)."""
+    return {
+        f"growth_{targets}_{norm}": round(
+            float(ratio(profiles, targets, norm).mean()), 2
+        )
+        for targets in TARGETS
+        for norm in PLACEMENTS
+    }
+
+
+def entropy_floor(
+    profiles: Mapping[tuple[str, str], Sequence[GapProfile]],
+) -> np.ndarray:
+    """Each model's smallest attention entropy / log s over s >= 2 (at s = 1 there is no
+    choice): [configurations, seeds]."""
+    return np.stack(
+        [
+            stack_profile(p, "entropy_ratio")[:, 1:].min(axis=1)
+            for p in profiles.values()
+        ]
+    )
+
+
+def sharpness(
+    profiles: Mapping[tuple[str, str], Sequence[GapProfile]],
+) -> dict[tuple[str, str], tuple[float, float]]:
+    """(targets, norm) -> (smallest H/log s at s >= 2, largest s x attention weight),
+    over that configuration's seeds and lengths: how far the pattern is from uniform."""
+    return {
+        key: (
+            stack_profile(p, "entropy_ratio")[:, 1:].min(),
+            stack_profile(p, "max_attention_ratio").max(),
+        )
+        for key, p in profiles.items()
+    }
+
+
+def peak_at_longest(
+    profiles: Mapping[tuple[str, str], Sequence[GapProfile]], targets: str, norm: str
+) -> float:
+    """s x the largest attention weight at the longest s, mean over seeds (1:
+    uniform)."""
+    return stack_profile(profiles[(targets, norm)], "max_attention_ratio")[:, -1].mean()
+
+
+def frozen_tolerance(
+    profiles: Mapping[tuple[str, str], Sequence[GapProfile]],
+) -> float:
+    """What "back to the no-norm behaviour" allows: a tenth of the smallest mean growth
+    an output norm adds over the model without a norm (soft targets)."""
+    none = ratio(profiles, "soft", "none").mean()
+    return 0.1 * min(
+        ratio(profiles, "soft", norm).mean() - none for norm in OUTPUT_NORM
+    )
+
+
+def mechanism_numbers(
+    profiles: Mapping[tuple[str, str], Sequence[GapProfile]],
+) -> dict[str, float]:
+    """The numbers the prose quotes about the mechanism (glue name -> rounded value):
+    the growth with the divisor frozen, the tolerance it is held to, and how near
+    uniform the attention stays."""
+    numbers: dict[str, float] = {
+        f"frozen_growth_{norm}": round(
+            float(ratio(profiles, "soft", norm, "frozen_gap").mean()), 2
+        )
+        for norm in OUTPUT_NORM
+    }
+    none_growth = ratio(profiles, "soft", "none")
+    numbers["none_growth_soft"] = round(float(none_growth.mean()), 2)
+    numbers["frozen_tolerance"] = round(float(frozen_tolerance(profiles)), 2)
+    numbers["n_models"] = sum(len(p) for p in profiles.values())
+    values = sharpness(profiles).values()
+    numbers["entropy_min"] = round(float(min(e for e, _ in values)), 3)
+    numbers["peak_max"] = round(float(max(p for _, p in values)), 2)
+    for norm in ("none", "attn_out"):
+        peak = peak_at_longest(profiles, "soft", norm)
+        numbers[f"peak_soft_{norm}"] = round(float(peak), 2)
+    return numbers
+
+
+def divisor_laws(v: int) -> tuple[np.ndarray, np.ndarray]:
+    """Chapter 3's laws at every s = 1..v-1: the LN gap ``v / sqrt(s (v - s))``, and
+    the ratio of the attention output's spread to its value at s = 1,
+    ``sigma_h(s) / sigma_h(1) = sqrt((v - s) / (s (v - 1)))`` (what the output norm
+    divides by, relative to s = 1)."""
+    s = np.arange(1, v)
+    gap = np.array([ln_gap(v, int(k)) for k in s])
+    return gap, (1 / s) / gap / ((1 / s[0]) / gap[0])
+
+
+def divisor_numbers(
+    profiles: Mapping[tuple[str, str], Sequence[GapProfile]],
+) -> dict[str, float]:
+    """The numbers the prose quotes about the output norm's divisor (glue name ->
+    rounded value): attn_out's distance from chapter 3's law (percent), each divisor
+    and attn_out's gap at the longest s, and where that gap is lowest."""
+    s = profiles[("soft", "attn_out")][0].s
+    gap_law, spread_law = divisor_laws(int(s[-1]) + 1)
+
+    def law_error(targets: str) -> float:
+        divisor = relative(profiles, targets, "attn_out", "divisor")
+        return np.abs(divisor / spread_law - 1).max()
+
+    attn_out_gap = relative(profiles, "soft", "attn_out", "gap").mean(0)
+    numbers: dict[str, float] = {
+        "law_error": round(float(100 * law_error("soft")), 1),
+        "sampled_law_error": round(float(100 * law_error("sampled")), 0),
+        "law_s15": round(float(spread_law[-1]), 3),
+    }
+    for norm in OUTPUT_NORM:
+        divisor = relative(profiles, "soft", norm, "divisor")[:, -1]
+        numbers[f"divisor_s15_{norm}"] = round(float(divisor.mean()), 3)
+    shortfall = attn_out_gap[-1] / (gap_law[-1] / gap_law[0])
+    numbers["gap_min_s"] = int(s[attn_out_gap.argmin()])
+    numbers["shortfall"] = round(float(shortfall), 2)
+    numbers["gap_s15_attn_out"] = round(float(attn_out_gap[-1]), 2)
+    numbers["gap_s8_attn_out"] = round(float(attn_out_gap[7]), 2)
+    numbers["ln_gap_s8"] = round(float(gap_law[7] / gap_law[0]), 2)
+    return numbers
+
+
+def post_and_pre_final(
+    placements: Results, deeper: Results
+) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
+    """TV beyond the training lengths of post and pre_final (sampled targets), per seed
+    of ``deeper``: (one layer, with the MLP), each norm -> [K], on the same seeds."""
+    norms = ("post", "pre_final")
+    one_layer = {
+        norm: _seed_rows(
+            placements, "tv_beyond", deeper.seeds, targets="sampled", norm=norm
+        )
+        for norm in norms
+    }
+    with_mlp = {norm: deeper.values("tv_beyond", norm=norm) for norm in norms}
+    return one_layer, with_mlp
+
+
+def deeper_numbers(placements: Results, deeper: Results) -> dict[str, float]:
+    """The numbers the prose quotes about post against pre_final (glue name -> rounded
+    value): their mean TV beyond with the MLP, the difference, the widest seed range,
+    and the difference in the one-layer model."""
+    one_layer, with_mlp = post_and_pre_final(placements, deeper)
+    numbers = {
+        f"mlp_tv_beyond_{norm}": round(float(values.mean()), 3)
+        for norm, values in with_mlp.items()
+    }
+    difference = with_mlp["post"].mean() - with_mlp["pre_final"].mean()
+    numbers["mlp_difference"] = round(float(difference), 3)
+    widest = max(np.ptp(values) for values in with_mlp.values())
+    numbers["mlp_widest"] = round(float(widest), 3)
+    one_layer_difference = one_layer["post"].mean() - one_layer["pre_final"].mean()
+    numbers["one_layer_difference"] = round(float(abs(one_layer_difference)), 3)
+    return numbers
+
+
+def dropout_curves(
+    placements: Results, dropout: Results, targets: str
+) -> dict[str, np.ndarray]:
+    """Per-length TV of the no-norm model without dropout (the seeds of ``dropout``)
+    and with each dropout setting for ``targets``: label -> [K, len(s)]."""
+    require_choice("targets", targets, TARGETS)
+    none = placements.curves("tv", targets=targets, norm="none")
+    curves = {"no dropout": none[: len(dropout.seeds)]}
+    curves |= {
+        f"{kind}={p:g}": dropout.curves("tv", targets=targets, **{kind: p})
+        for t, kind, p in DROPOUT
+        if t == targets
+    }
+    return curves
+
+
+def dropout_numbers(placements: Results, dropout: Results) -> dict[str, float]:
+    """The numbers the prose quotes about dropout (glue name -> rounded value): mean TV
+    beyond per setting and without dropout, and TV at the training lengths with and
+    without it."""
+    values = partial(dropout_values, placements, dropout)
+    numbers = {
+        f"dropout_{targets}_{kind}_{p}": round(
+            float(values("tv_beyond", targets, kind, p).mean()), 3
+        )
+        for targets, kind, p in DROPOUT
+    }
+    for targets in sorted({t for t, _, _ in DROPOUT}):
+        base = values("tv_beyond", targets, "attn_dropout", 0.0)
+        numbers[f"dropout_base_{targets}"] = round(float(base.mean()), 3)
+    train = [values("tv_train", t, k, p) for t, k, p in DROPOUT if t == "soft"]
+    numbers["dropout_train_soft_min"] = round(float(min(v.min() for v in train)), 3)
+    base = values("tv_train", "soft", "attn_dropout", 0.0)
+    numbers["dropout_train_soft_base"] = round(float(base.max()), 3)
+    sampled = [values("tv_train", "sampled", kind, 0.1) for kind in DROPOUT_KINDS]
+    numbers["dropout_train_sampled"] = round(
+        float(np.mean([v.mean() for v in sampled])), 3
+    )
+    base = values("tv_train", "sampled", "attn_dropout", 0.0)
+    numbers["dropout_train_sampled_base"] = round(float(base.mean()), 3)
+    return numbers
 
 
 def _spread(values: np.ndarray) -> str:

@@ -165,6 +165,79 @@ def gradient_noise(grads: Tensor) -> GradientNoise:
     )
 
 
+def noise_table(
+    models: Mapping[str, nn.Module],
+    task: Task,
+    batches: Sequence[int] = (32, 128),
+    targets: Sequence[TargetKind] = ("soft", "sampled"),
+    n_batches: int = 64,
+    seed: int = 1,
+) -> list[dict[str, object]]:
+    """:func:`gradient_noise` of every model (keyed by where in training it is) at
+    every batch size and target kind, ``n_batches`` fresh batches each: rows with
+    where, batch, targets, trace_cov (the noise), signal (``||E g||^2``) and snr."""
+    rows = []
+    for where, model in models.items():
+        for batch in batches:
+            for kind in targets:
+                grads = minibatch_gradients(model, task, batch, n_batches, kind, seed)
+                noise = gradient_noise(grads)
+                rows.append(
+                    {
+                        "where": where,
+                        "batch": batch,
+                        "targets": kind,
+                        "trace_cov": noise.trace_cov,
+                        "signal": noise.mean_sq_norm,
+                        "snr": noise.snr,
+                    }
+                )
+    return rows
+
+
+def _rounded(value: float, digits: int) -> float:
+    # as viz.common.glue_round rounds a glued number (digits 0: an int)
+    return int(round(value)) if digits == 0 else round(float(value), digits)
+
+
+def noise_numbers(rows: Sequence[Mapping[str, object]]) -> dict[str, float]:
+    """The numbers the prose quotes from :func:`noise_table` (batch 128; glue name ->
+    rounded value): how much noisier sampled targets are, before and after training,
+    the signal-to-noise ratios, and how far each kind's noise drops with training."""
+    noise = {(r["where"], r["batch"], r["targets"]): r for r in rows}
+    late_soft = noise["after training", 128, "soft"]
+    late_sampled = noise["after training", 128, "sampled"]
+    init_soft = noise["at init", 128, "soft"]
+    init_sampled = noise["at init", 128, "sampled"]
+    return {
+        "noise_ratio_trained": _rounded(
+            late_sampled["trace_cov"] / late_soft["trace_cov"], 0
+        ),
+        "noise_ratio_init": _rounded(
+            init_sampled["trace_cov"] / init_soft["trace_cov"], 1
+        ),
+        "snr_soft_trained": _rounded(late_soft["snr"], 2),
+        "snr_sampled_trained": _rounded(late_sampled["snr"], 3),
+        "soft_noise_drop": _rounded(init_soft["trace_cov"] / late_soft["trace_cov"], 0),
+        "sampled_noise_drop": _rounded(
+            init_sampled["trace_cov"] / late_sampled["trace_cov"], 1
+        ),
+        "signal_ratio_init": _rounded(init_sampled["signal"] / init_soft["signal"], 2),
+    }
+
+
+def resampling_error(
+    model: nn.Module, batch: Batch, n_draws: int, seed: int = 0
+) -> np.ndarray:
+    """How far the mean of the first n sampled-target gradients is from the soft-target
+    gradient on the same ``batch``, relative to its length, for n = 1..``n_draws``:
+    [n_draws] (unbiased: it falls like 1/sqrt(n))."""
+    soft = flat_gradient(model, batch.inputs, batch.targets, batch.loss_mask)
+    draws = resampled_target_gradients(model, batch, n_draws, seed=seed)
+    running_mean = draws.cumsum(0) / torch.arange(1, n_draws + 1)[:, None]
+    return ((running_mean - soft).norm(dim=1) / soft.norm()).numpy()
+
+
 # --- the temperature control ----------------------------------------------------------
 
 
@@ -378,6 +451,174 @@ def score_rows(runs: Sequence[Run], scale: float = 1.0) -> list[dict[str, object
     return rows
 
 
+def beyond_gains(grid: Mapping[object, Run]) -> dict[str, np.ndarray]:
+    """EMA's gain beyond the training lengths (raw minus EMA TV), the seed mean of each
+    configuration, by norm: norm -> [configurations]."""
+    runs = list(grid.values())
+    norms = dict.fromkeys(run.config.norm for run in runs)
+    return {
+        n: np.array([r.gain("beyond").mean() for r in runs if r.config.norm == n])
+        for n in norms
+    }
+
+
+def ema_numbers(grid: Mapping[object, Run]) -> dict[str, float]:
+    """The numbers the prose quotes about EMA on the grid (glue name -> rounded value):
+    counts, the training-length gain relative to the raw TV (percent), and the gain
+    beyond by norm."""
+    runs = list(grid.values())
+    train_gain = np.concatenate([run.gain("train") for run in runs])
+    relative = np.concatenate(
+        [run.gain("train") / run.mean_tv("raw", "train") for run in runs]
+    )
+    beyond = beyond_gains(grid)
+    attn_out_seeds = np.concatenate(
+        [run.gain("beyond") for run in runs if run.config.norm == "attn_out"]
+    )
+    return {
+        "n_models": _rounded(len(train_gain), 0),
+        "n_configs": _rounded(len(runs), 0),
+        "train_gain_min_pct": _rounded(100 * relative.min(), 0),
+        "train_gain_max_pct": _rounded(100 * relative.max(), 0),
+        "beyond_gain_attn": _rounded(beyond["attn_out"].mean(), 3),
+        "beyond_gain_attn_min": _rounded(beyond["attn_out"].min(), 3),
+        "beyond_gain_none": _rounded(beyond["none"].mean(), 3),
+        "beyond_gain_none_max": _rounded(np.abs(beyond["none"]).max(), 3),
+        "beyond_seeds_attn": _rounded((attn_out_seeds > 0).sum(), 0),
+        "n_seeds_norm": _rounded(len(attn_out_seeds), 0),
+    }
+
+
+def bema_minus_ema(grid: Mapping[object, Run]) -> np.ndarray:
+    """BEMA's mean TV at the training lengths minus EMA's, seed means per
+    configuration: [configurations] (> 0: BEMA worse)."""
+    return np.array(
+        [
+            r.mean_tv("bema", "train").mean() - r.mean_tv("ema", "train").mean()
+            for r in grid.values()
+        ]
+    )
+
+
+def bema_beyond(grid: Mapping[object, Run]) -> dict[object, float]:
+    """BEMA's mean TV beyond the training lengths minus the raw weights', seed mean per
+    configuration (> 0: BEMA worse), keyed as ``grid``."""
+    return {key: -run.gain("beyond", "bema").mean() for key, run in grid.items()}
+
+
+def bema_lr_effect(grid: Mapping[tuple[str, int, float], Run]) -> np.ndarray:
+    """Per (norm, batch) of the chapter's grid: :func:`bema_beyond` at lr 1e-2 minus at
+    3e-3 (> 0: the higher learning rate makes BEMA worse)."""
+    beyond = bema_beyond(grid)
+    return np.array(
+        [
+            beyond[n, b, 1e-2] - beyond[n, b, 3e-3]
+            for n in ("none", "attn_out")
+            for b in (32, 128)
+        ]
+    )
+
+
+def bema_numbers(grid: Mapping[tuple[str, int, float], Run]) -> dict[str, float]:
+    """The numbers the prose quotes about BEMA on the grid (glue name -> rounded
+    value)."""
+    beyond = bema_beyond(grid)
+    return {
+        "bema_train_gap_min": _rounded(bema_minus_ema(grid).min(), 3),
+        "bema_helps_beyond": _rounded(sum(value < 0 for value in beyond.values()), 0),
+        "bema_lr_effect_min": _rounded(bema_lr_effect(grid).min(), 3),
+        "bema_worst_beyond": _rounded(max(beyond.values()), 3),
+    }
+
+
+def mean_gains(runs: Mapping[str, Run]) -> dict[str, dict[str, float]]:
+    """EMA's gain (raw minus EMA TV), mean over seeds, on each length range: key ->
+    {"train": ..., "beyond": ...}."""
+    ranges = get_args(LengthRange)
+    return {key: {r: run.gain(r).mean() for r in ranges} for key, run in runs.items()}
+
+
+def soft_numbers(
+    soft: Mapping[str, Run], sampled: Mapping[str, Run]
+) -> dict[str, float]:
+    """The numbers the prose quotes about soft against sampled targets, both keyed by
+    norm (glue name -> rounded value)."""
+    soft_gain, sampled_gain = mean_gains(soft), mean_gains(sampled)
+    soft_max = max(abs(g["train"]) for g in soft_gain.values())
+    return {
+        "soft_gain_train_max": _rounded(soft_max, 4),
+        "sampled_gain_train_min": _rounded(
+            min(g["train"] for g in sampled_gain.values()), 3
+        ),
+        "soft_gain_beyond_none": _rounded(soft_gain["none"]["beyond"], 3),
+        "soft_gain_beyond_attn": _rounded(soft_gain["attn_out"]["beyond"], 4),
+        "sampled_gain_beyond_attn": _rounded(sampled_gain["attn_out"]["beyond"], 3),
+        "soft_beyond_attn": _rounded(
+            soft["attn_out"].mean_tv("raw", "beyond").mean(), 3
+        ),
+        "sampled_beyond_attn": _rounded(
+            sampled["attn_out"].mean_tv("raw", "beyond").mean(), 3
+        ),
+    }
+
+
+@dataclass(frozen=True)
+class TemperatureControl:
+    """The temperature control, one entry per model (configuration and seed)."""
+
+    # some logit factor c gives the raw weights EMA's TV on both length ranges
+    matched: list[bool]
+    raw_best_c_train: list[float]  # the raw weights' best c at the training lengths
+    ema_best_c_train: list[float]  # EMA's best c there
+    # norm -> raw minus EMA TV beyond, each at its own best c: [models of that norm]
+    best_gap: dict[str, np.ndarray]
+
+
+def temperature_control(grid: Mapping[object, Run]) -> TemperatureControl:
+    """Ask, model by model, whether a logit temperature explains EMA's gain: can some
+    scale of the raw logits reach EMA's TV (at c = 1) on both length ranges, and how do
+    the two compare, each at its best scale?"""
+    matched, best, raw_best, ema_best = [], [], [], []
+    for run in grid.values():
+        k1 = run.scales.index(1.0)
+        # [K, len(scales)]: mean TV per seed at every logit factor
+        raw_train = run.scale_curve("raw", "train")
+        raw_beyond = run.scale_curve("raw", "beyond")
+        ema_train = run.scale_curve("ema", "train")
+        ema_beyond = run.scale_curve("ema", "beyond")
+        for k in range(len(run.result.seeds)):
+            ema_point = (ema_train[k, k1], ema_beyond[k, k1])
+            matched.append(scaling_matches(raw_train[k], raw_beyond[k], *ema_point))
+            best.append((run.spec.norm, raw_beyond[k].min(), ema_beyond[k].min()))
+            raw_best.append(run.scales[int(raw_train[k].argmin())])
+            ema_best.append(run.scales[int(ema_train[k].argmin())])
+    norms = dict.fromkeys(norm for norm, _, _ in best)
+    best_gap = {n: np.array([r - e for m, r, e in best if m == n]) for n in norms}
+    return TemperatureControl(matched, raw_best, ema_best, best_gap)
+
+
+def temperature_numbers(
+    control: TemperatureControl, reference: Run
+) -> dict[str, float]:
+    """The numbers the prose quotes about the temperature control and the reference
+    configuration (glue name -> rounded value)."""
+    raw_beyond = reference.scale_curve("raw", "beyond").mean(0)
+    raw_train = reference.scale_curve("raw", "train").mean(0)
+    k_best = int(raw_beyond.argmin())
+    return {
+        "n_matched": _rounded(sum(control.matched), 0),
+        "n_models_control": _rounded(len(control.matched), 0),
+        "raw_best_c_train_max": _rounded(max(control.raw_best_c_train), 2),
+        "ref_best_c": _rounded(reference.scales[k_best], 2),
+        "ref_raw_best_beyond": _rounded(raw_beyond[k_best], 3),
+        "ref_raw_best_train": _rounded(raw_train[k_best], 3),
+        "ref_ema_beyond": _rounded(reference.mean_tv("ema", "beyond").mean(), 3),
+        "ref_ema_train": _rounded(reference.mean_tv("ema", "train").mean(), 3),
+        "best_gap_none_min": _rounded(control.best_gap["none"].min(), 3),
+        "best_gap_attn_min": _rounded(control.best_gap["attn_out"].min(), 3),
+    }
+
+
 def signed(x: float, digits: int) -> str:
     """``x`` rounded with its sign (``+0.012``), never ``-0.000``."""
     return f"{round(float(x), digits) + 0.0:+.{digits}f}"
@@ -531,6 +772,49 @@ def bootstrap_mean_difference(
     )
 
 
+def paired_changes(
+    rows: Sequence[Mapping[str, object]], responses: Sequence[str]
+) -> dict[str, np.ndarray]:
+    """EMA minus raw, same run and seed, per response: response -> [paired runs]
+    (:func:`score_rows` lists a run's raw rows, then its EMA rows, seed by seed)."""
+    return {
+        r: np.array([row[r] for row in rows if row["ema"]])
+        - np.array([row[r] for row in rows if not row["ema"]])
+        for r in responses
+    }
+
+
+def search_numbers(
+    fits: Mapping[str, FactorFit],
+    paired: Mapping[str, np.ndarray],
+    ema_beyond: tuple[float, float, float],
+    n_runs: int,
+    n_seeds: int,
+    steps: int,
+) -> dict[str, float]:
+    """The numbers the prose quotes about the random search (glue name -> rounded
+    value): its size, each fit's R^2 and factor importances, EMA's paired change and
+    dropout's slope."""
+    numbers = {
+        "search_n_runs": _rounded(n_runs, 0),
+        "search_n_configs": _rounded(2 * n_runs, 0),
+        "search_n_seeds": _rounded(n_seeds, 0),
+        "search_steps": _rounded(steps, 0),
+    }
+    for r, short_name in (("tv_train", "train"), ("tv_beyond", "beyond")):
+        numbers[f"r2_{short_name}"] = _rounded(fits[r].r_squared, 2)
+        for factor, value in fits[r].importance.items():
+            numbers[f"imp_{short_name}_{factor}"] = _rounded(value, 2)
+    wins = (paired["tv_train"] < 0).mean()
+    numbers["ema_train_wins_pct"] = _rounded(100 * wins, 0)
+    for name, value in zip(("mean", "low", "high"), ema_beyond):
+        numbers[f"ema_beyond_{name}"] = _rounded(value, 3)
+    for r, short_name in (("tv_beyond", "beyond"), ("tv_train", "train")):
+        slope = fits[r].effects["dropout"]["slope"]
+        numbers[f"dropout_slope_{short_name}"] = _rounded(slope, 2)
+    return numbers
+
+
 # --- the chapter's experiments, declared as data --------------------------------------
 
 SEEDS = (0, 1, 2)
@@ -621,11 +905,7 @@ def ema_claim(grid: Mapping[object, Run]) -> Claim:
     relative = np.concatenate(
         [run.gain("train") / run.mean_tv("raw", "train") for run in runs]
     )
-    norms = dict.fromkeys(run.config.norm for run in runs)
-    beyond = {
-        n: np.array([r.gain("beyond").mean() for r in runs if r.config.norm == n])
-        for n in norms
-    }
+    beyond = beyond_gains(grid)
     helps_train = bool((train_gain > 0).all())
     helps_beyond = {norm: bool((gain > 0.01).all()) for norm, gain in beyond.items()}
     word = verdict(
@@ -651,12 +931,7 @@ def bema_claim(grid: Mapping[object, Run]) -> Claim:
     """The claim that BEMA helps: BEMA against the raw weights per configuration (seed
     means), and against EMA."""
     runs = list(grid.values())
-    vs_ema = np.array(
-        [
-            r.mean_tv("bema", "train").mean() - r.mean_tv("ema", "train").mean()
-            for r in runs
-        ]
-    )
+    vs_ema = bema_minus_ema(grid)
     train = np.array(
         [
             r.mean_tv("bema", "train").mean() - r.mean_tv("raw", "train").mean()

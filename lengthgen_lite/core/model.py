@@ -22,6 +22,7 @@ name                                       shape                                
 ``blocks.i.hook_mlp_out``                  [batch, pos, d_model]                 d_mlp > 0
 ``blocks.i.hook_resid_post``               [batch, pos, d_model]                 always
 ``ln_final.hook_normalized``               [batch, pos, d_model]                 norm="pre_final"
+``hook_item_mlp_out``                      [batch, pos, d_model]                 item_mlp > 0 (ch. 4's model)
 =========================================  ====================================  ==================
 
 Every norm also has ``<norm>.hook_scale`` [batch, pos, 1]: the divisor sqrt(var + eps)
@@ -58,8 +59,9 @@ from .validation import require_int, require_number
 NormKind = Literal["layernorm", "standardize"]
 Positional = Literal["none", "learned"]
 Queries = Literal["all", "last"]
-# "book": linear maps with std 1/sqrt(fan_in); "torch": PyTorch's own nn.Linear init,
-# uniform in +-1/sqrt(fan_in) (std 1/sqrt(3 fan_in)). Embeddings are N(0, 1) in both.
+# "book": linear maps with std 1/sqrt(fan_in), biases zero; "torch": PyTorch's own
+# nn.Linear init, weights and biases uniform in +-1/sqrt(fan_in) (std 1/sqrt(3 fan_in)).
+# Embeddings are N(0, 1) in both.
 Init = Literal["book", "torch"]
 
 
@@ -125,11 +127,22 @@ class ModelConfig:
     queries: Queries = "all"
     # the initial weights' scale: an axis of the reference sweeps (issue 19)
     init: Init = "book"
+    # biases on W_V and W_O (a reviewer's component, issue 19: with them the attention
+    # output's mean need not stay zero); zero at the book's init
+    attn_bias: bool = False
+    # hidden width of an MLP applied to each input item before the first block (0:
+    # none); only chapter 4's RetrievalTransformer has one (core.retrieval)
+    item_mlp: int = 0
 
     def __post_init__(self) -> None:
         for name in ("vocab_size", "n_layers", "d_model", "n_heads", "max_len"):
             require_int(name, getattr(self, name), minimum=1)
         require_int("d_mlp", self.d_mlp, minimum=0)
+        require_int("item_mlp", self.item_mlp, minimum=0)
+        if not isinstance(self.attn_bias, bool):
+            raise ValueError(
+                f"attn_bias={self.attn_bias!r} is invalid; allowed: False, True"
+            )
         if self.n_outputs is not None:
             require_int("n_outputs", self.n_outputs, minimum=1)
         if self.d_head is None and self.d_model % self.n_heads:
@@ -236,6 +249,11 @@ class Attention(nn.Module):
         self.W_K = nn.Linear(cfg.d_model, inner, bias=False)
         self.W_V = nn.Linear(cfg.d_model, inner, bias=False)
         self.W_O = nn.Linear(inner, cfg.d_model, bias=False)
+        if cfg.attn_bias:
+            # zero here, drawing nothing: every weight starts as without them;
+            # Transformer._draw_attention_biases gives them PyTorch's init
+            for W in (self.W_V, self.W_O):
+                W.bias = nn.Parameter(torch.zeros(W.out_features))
         self.dropout = nn.Dropout(cfg.attn_dropout)
         self.hook_attn_scores = HookPoint()  # [batch, head, query_pos, key_pos]
         self.hook_pattern = HookPoint()  # [batch, head, query_pos, key_pos]
@@ -288,10 +306,13 @@ class Attention(nn.Module):
 
 
 class MLP(nn.Module):
-    def __init__(self, cfg: ModelConfig):
+    """d_model -> ``width`` (default ``cfg.d_mlp``) -> ReLU -> d_model, with biases."""
+
+    def __init__(self, cfg: ModelConfig, width: int | None = None):
         super().__init__()
-        self.fc_in = nn.Linear(cfg.d_model, cfg.d_mlp)
-        self.fc_out = nn.Linear(cfg.d_mlp, cfg.d_model)
+        width = cfg.d_mlp if width is None else width
+        self.fc_in = nn.Linear(cfg.d_model, width)
+        self.fc_out = nn.Linear(width, cfg.d_model)
 
     def forward(self, x: Tensor) -> Tensor:
         return self.fc_out(F.relu(self.fc_in(x)))
@@ -351,8 +372,18 @@ class Transformer(nn.Module):
     """Decoder (causal by default): tokens [batch, pos] -> logits [batch, pos,
     n_outputs] at every position."""
 
-    def __init__(self, cfg: ModelConfig):
+    # whether this class builds ``cfg.item_mlp`` (a subclass with an input layer does)
+    reads_items = False
+
+    def __init__(self, cfg: ModelConfig, draw_attention_biases: bool = True):
+        """``draw_attention_biases=False``: a subclass calls
+        :meth:`_draw_attention_biases` itself, after its own weights."""
         super().__init__()
+        if cfg.item_mlp and not self.reads_items:
+            raise ValueError(
+                f"item_mlp={cfg.item_mlp} is invalid for {type(self).__name__}; "
+                "allowed: 0 (an item MLP is chapter 4's RetrievalTransformer's)"
+            )
         self.cfg = cfg
         self.embed = nn.Embedding(cfg.vocab_size, cfg.d_model)
         self.hook_embed = HookPoint()
@@ -365,6 +396,19 @@ class Transformer(nn.Module):
         self.unembed = nn.Linear(cfg.d_model, cfg.output_size, bias=False)
         if cfg.init == "book":
             self.apply(self._init_weights)
+        if draw_attention_biases:
+            self._draw_attention_biases()
+
+    def _draw_attention_biases(self) -> None:
+        """W_V/W_O's biases (``attn_bias``) under the "torch" init: PyTorch's nn.Linear
+        rule, uniform in +-1/sqrt(fan_in); drawn after every other weight so that the
+        rest start as they do without biases (the book's init keeps them zero)."""
+        if not (self.cfg.attn_bias and self.cfg.init == "torch"):
+            return
+        for block in self.blocks:
+            for W in (block.attn.W_V, block.attn.W_O):
+                bound = W.in_features**-0.5
+                nn.init.uniform_(W.bias, -bound, bound)
 
     @staticmethod
     def _init_weights(module: nn.Module) -> None:

@@ -22,7 +22,7 @@ from typing import Literal, Protocol
 import torch
 from torch import Tensor, nn
 
-from .model import ModelConfig, Transformer
+from .model import MLP, HookPoint, ModelConfig, Transformer
 from .tasks import Batch, PerSeedSampler
 from .validation import is_int, require_int
 
@@ -270,14 +270,30 @@ class RetrievalTransformer(Transformer):
     query slot attends, which keeps N = 1024 cheap. ``norm="attn_out"`` is "LN (or
     standardization) right after the attention output": ``blocks.0.hook_attn_out`` is
     recorded before the norm, ``blocks.0.ln_attn_out.hook_normalized`` after.
+
+    ``cfg.item_mlp`` > 0 adds an item MLP (width ``item_mlp``, ReLU, biases) on each
+    slot's vector before attention, as a residual: ``x + mlp(x)``, so every slot is
+    still a function of its own item alone (the model still sees a set) and the linear
+    path stays. ``hook_embed`` records the vectors before it, ``hook_item_mlp_out`` its
+    output (both before ``blocks.0.hook_resid_pre``, their sum).
     """
 
+    reads_items = True
+
     def __init__(self, cfg: ModelConfig):
-        super().__init__(cfg)
+        super().__init__(cfg, draw_attention_biases=False)
         # a continuous priority, linearly
         self.priority_embed = nn.Linear(1, cfg.d_model, bias=False)
         # as unit-variance as the token embeddings
         nn.init.normal_(self.priority_embed.weight, std=1.0)
+        # The reviewers' components draw last, attention biases first: with or without
+        # them every other weight of a seed starts the same (paired comparisons).
+        self._draw_attention_biases()
+        if cfg.item_mlp:
+            self.item_mlp = MLP(cfg, width=cfg.item_mlp)
+            self.hook_item_mlp_out = HookPoint()
+            if cfg.init == "book":
+                self.item_mlp.apply(self._init_weights)
 
     def forward(self, inputs: Tensor) -> Tensor:
         """Packed items [batch, N + 1, 3] float -> logits at the query [batch, 1,
@@ -296,8 +312,11 @@ class RetrievalTransformer(Transformer):
         x = self.priority_embed(priority.unsqueeze(-1))  # [batch, N + 1, d_model]
         for ids in (first.long(), second.long()):
             x = x + self.embed(ids.clamp_min(0)) * (ids != NO_TOKEN).unsqueeze(-1)
+        x = self.hook_embed(x)
+        if self.cfg.item_mlp:
+            x = x + self.hook_item_mlp_out(self.item_mlp(x))
         # [batch, 1, n_outputs]
-        return self.forward_embeddings(self.hook_embed(x))[:, -1:]
+        return self.forward_embeddings(x)[:, -1:]
 
 
 def retrieval_config(

@@ -14,6 +14,11 @@ How a task is scored is plugged in by its kind, not by a separate runner:
   that a chapter registers with :func:`register_evaluation` (chapter 7's
   ``evaluate_lengths``, until the one per-length evaluation moves into the core);
   ``curves`` has ``s`` and per-length fields.
+- ``"retrieval"`` (chapter 4's set-retrieval tasks, trained as
+  :class:`~lengthgen_lite.core.retrieval.RetrievalTransformer`): a function ``(models,
+  task, sizes, n_test, eval_seed) -> curves`` that chapter 4 registers
+  (``evaluate_sizes``); ``s`` is then the set size N. Each N has its own test sets,
+  fixed by the evaluation seed.
 
 ``backend="ray"`` sends each configuration (or group of seeds) to a Ray task with one
 torch thread (``RAY_ENV``); a seed's result does not depend on the backend. Ray is an
@@ -25,7 +30,7 @@ from __future__ import annotations
 import dataclasses
 import importlib
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -33,29 +38,41 @@ from torch import nn
 
 from ..core.evaluation import METRICS as SET_COMPLEMENT_METRICS
 from ..core.evaluation import evaluate_seeds, stack_metric
+from ..core.model import Transformer
+from ..core.retrieval import RetrievalTransformer
 from ..core.seeding import make_generator
 from ..core.training import TrainResult, train
 from ..core.validation import require_choice, require_int
 from .results import Results, provenance
-from .spec import Config, Spec
+from .spec import RETRIEVAL_TASKS, Config, Spec
 
 BACKENDS = ("local", "ray")
 RAY_ENV = {
     "OMP_NUM_THREADS": "1",
     "MKL_NUM_THREADS": "1",
 }  # one torch thread per Ray worker
-Evaluation = Callable[[Sequence[nn.Module], Any], Any]
-EVALUATIONS: dict[str, Evaluation] = {}  # task kind -> (models, test batch) -> curves
+Evaluation = Callable[..., Any]
+# task kind -> (models, test batch) -> curves ("sequence"), or (models, task, sizes,
+# n_test, eval_seed) -> curves ("retrieval")
+EVALUATIONS: dict[str, Evaluation] = {}
+REGISTERED_KINDS = ("sequence", "retrieval")
 
 
 def register_evaluation(kind: str, evaluate: Evaluation) -> None:
-    """Score the tasks of ``kind`` ("sequence") with ``evaluate(models, batch)``."""
-    require_choice("kind", kind, ("sequence",))
+    """Score the tasks of ``kind`` ("sequence", "retrieval") with ``evaluate``."""
+    require_choice("kind", kind, REGISTERED_KINDS)
     EVALUATIONS[kind] = evaluate
 
 
 def task_kind(config: Config) -> str:
-    return "set_complement" if config.task == "set_complement" else "sequence"
+    if config.task == "set_complement":
+        return "set_complement"
+    return "retrieval" if config.task in RETRIEVAL_TASKS else "sequence"
+
+
+def model_class(config: Config) -> type[nn.Module]:
+    """The model a configuration trains: the retrieval tasks read packed items."""
+    return RetrievalTransformer if task_kind(config) == "retrieval" else Transformer
 
 
 def _set_complement(
@@ -79,8 +96,12 @@ def _set_complement(
     return out
 
 
-def _sequence(variants: dict[str, list[nn.Module]], config: Config, spec: Spec) -> dict:
-    if "sequence" not in EVALUATIONS:
+def _registered(
+    variants: dict[str, list[nn.Module]], config: Config, spec: Spec
+) -> dict:
+    """Score with the evaluation a chapter registered for the configuration's kind."""
+    kind = task_kind(config)
+    if kind not in EVALUATIONS:
         raise ValueError(
             f"no evaluation registered for task {config.task!r}; import its chapter"
         )
@@ -89,17 +110,26 @@ def _sequence(variants: dict[str, list[nn.Module]], config: Config, spec: Spec) 
             f"task {config.task!r} is scored at logit scale 1.0 only, got {spec.scales}"
         )
     setup = config.setup()
-    generator = make_generator(spec.eval_seed)
-    batch = setup.task.sample_train_batch(spec.n_test, setup.test_length, generator)
+    if kind == "sequence":
+        generator = make_generator(spec.eval_seed)
+        test = (
+            setup.task.sample_train_batch(spec.n_test, setup.test_length, generator),
+        )
+    else:
+        test = (setup.task, setup.sizes, spec.n_test, spec.eval_seed)
     out = {}
     for variant, models in variants.items():
-        curves = EVALUATIONS["sequence"](models, batch)
-        s = np.asarray(curves.s)
+        curves = EVALUATIONS[kind](models, *test)
+        if not isinstance(curves, Mapping):
+            curves = {
+                f.name: getattr(curves, f.name) for f in dataclasses.fields(curves)
+            }
+        s = np.asarray(curves["s"])
         shape = (len(models), len(s))
         metrics = {
-            f.name: np.broadcast_to(np.asarray(getattr(curves, f.name)), shape)
-            for f in dataclasses.fields(curves)
-            if f.name != "s"
+            name: np.broadcast_to(np.asarray(value, dtype=float), shape)
+            for name, value in curves.items()
+            if name != "s"
         }
         out[variant, 1.0] = (s, metrics)
     return out
@@ -119,12 +149,13 @@ def run_configuration(
         setup.task,
         config.train_config(),
         seeds,
+        model_class=model_class(config),
         averagers=spec.averager_factories(),
         progress=progress,
         desc=desc,
         checkpoints=spec.checkpoints,
     )
-    evaluate = _set_complement if task_kind(config) == "set_complement" else _sequence
+    evaluate = _set_complement if task_kind(config) == "set_complement" else _registered
     rows = []
     weights = result.checkpoints | {
         config.steps: {"raw": result.models, **result.averaged}
@@ -305,6 +336,7 @@ __all__ = [
     "EVALUATIONS",
     "RAY_ENV",
     "check_run_options",
+    "model_class",
     "register_evaluation",
     "ray_units",
     "run",

@@ -34,6 +34,7 @@ from ..core.averaging import make_bema, make_ema
 from ..core.games import TicTacToe
 from ..core.languages import LANGUAGES, make_language
 from ..core.model import PLACEMENTS, Init, ModelConfig, NormKind
+from ..core.retrieval import ArgmaxRetrieval, DictionaryLookup
 from ..core.tasks import SetComplement
 from ..core.training import (
     AveragerFactory,
@@ -51,7 +52,13 @@ from ..core.validation import (
 )
 
 GAMES = ("tictactoe",)
-TASKS: tuple[str, ...] = ("set_complement", *GAMES, *LANGUAGES)
+# chapter 4's set-retrieval tasks (core.retrieval), at their default sizes
+RETRIEVAL_TASKS = {
+    "argmax_retrieval": ArgmaxRetrieval,
+    "dictionary_lookup": DictionaryLookup,
+}
+TASKS: tuple[str, ...] = ("set_complement", *GAMES, *LANGUAGES, *RETRIEVAL_TASKS)
+SMALLEST_SET = 8  # a retrieval task is tested at N = 8, 16, ..., test_length
 TARGETS: tuple[str, ...] = get_args(TargetKind)
 AVERAGERS = {
     "ema": make_ema,
@@ -96,6 +103,8 @@ class Setup:
     test_length: int  # evaluated on lengths 1..test_length
     vocab_size: int
     n_outputs: int
+    # the set sizes N a retrieval task is tested at (others: lengths 1..test_length)
+    sizes: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -106,7 +115,11 @@ class Config:
     Task fields: ``v`` is set complement's vocabulary, ``board`` and ``in_a_row`` the
     game's; ``train_length`` and ``test_length`` None take the task's own (set
     complement: 4 and v - 1; the game: 8 moves and the full board; a language: 16 and 48
-    symbols).
+    symbols; a retrieval task: sets of 2..16 items, tested at N = 8, 16, ..., 1024).
+    A retrieval task's model is chapter 4's ``RetrievalTransformer`` (no causal mask,
+    only the query attends); its variants are ``norm`` "none" or "attn_out" with
+    ``norm_kind`` "layernorm" or "standardize"; ``item_mlp`` > 0 gives it an item MLP
+    of that width. ``attn_bias`` puts biases on W_V and W_O (any task).
     """
 
     task: str = "set_complement"
@@ -123,6 +136,10 @@ class Config:
     d_mlp: int = 0
     norm_kind: str = "layernorm"
     init: str = "book"  # "torch": PyTorch's nn.Linear init (core.model.Init)
+    # reviewers' components (issue 19): biases on W_V/W_O; a retrieval task's item MLP
+    # width (0: none)
+    attn_bias: bool = False
+    item_mlp: int = 0
     attn_dropout: float = 0.0
     resid_dropout: float = 0.0
     # training (core.training.TrainConfig); the warm-up is capped at half the steps
@@ -155,7 +172,11 @@ class Config:
             "batch",
         ):
             require_int(name, getattr(self, name), 1)
-        for name in ("d_mlp", "warmup"):
+        if not isinstance(self.attn_bias, bool):
+            _fail("attn_bias", self.attn_bias, "False, True")
+        if self.task not in RETRIEVAL_TASKS and self.item_mlp != 0:
+            _fail("item_mlp", self.item_mlp, "0 (an item MLP is a retrieval task's)")
+        for name in ("d_mlp", "warmup", "item_mlp"):
             require_int(name, getattr(self, name), 0)
         for name in ("train_length", "test_length"):
             if getattr(self, name) is not None:
@@ -185,14 +206,37 @@ class Config:
             task = TicTacToe(n=self.board, k=self.in_a_row, train_length=L)
             test = task.max_length if self.test_length is None else self.test_length
             return Setup(task, L, test, task.vocab_size, task.n_outputs)
+        if self.task in RETRIEVAL_TASKS:
+            return self._retrieval_setup()
         L = 16 if self.train_length is None else self.train_length
         task = make_language(self.task, train_length=L)
         test = 48 if self.test_length is None else self.test_length
         return Setup(task, L, test, task.vocab_size, task.n_outputs)
 
+    def _retrieval_setup(self) -> Setup:
+        """Sets of 2..train_length items in training; tested at N = 8, 16, ...,
+        test_length."""
+        L = 16 if self.train_length is None else self.train_length
+        test = 1024 if self.test_length is None else self.test_length
+        sizes = [SMALLEST_SET]
+        while sizes[-1] < test:
+            sizes.append(2 * sizes[-1])
+        if sizes[-1] != test:
+            _fail("test_length", test, f"a power of two >= {SMALLEST_SET}")
+        try:
+            task = RETRIEVAL_TASKS[self.task](max_train_size=L)
+        except ValueError as err:
+            _fail("train_length", L, f"2..the task's largest set ({err})")
+        if test > getattr(task, "n_keys", test):  # dictionary lookup: distinct keys
+            _fail("test_length", test, f"at most n_keys={task.n_keys}")
+        return Setup(task, L, test, task.vocab_size, task.n_outputs, tuple(sizes))
+
     def model_config(self) -> ModelConfig:
         setup = self.setup()
         n_outputs = None if self.task == "set_complement" else setup.n_outputs
+        retrieval = (
+            {"causal": False, "queries": "last"} if self.task in RETRIEVAL_TASKS else {}
+        )
         return ModelConfig(
             vocab_size=setup.vocab_size,
             n_outputs=n_outputs,
@@ -203,8 +247,11 @@ class Config:
             norm=self.norm,  # type: ignore[arg-type]
             norm_kind=self.norm_kind,  # type: ignore[arg-type]
             init=self.init,  # type: ignore[arg-type]
+            attn_bias=self.attn_bias,
+            item_mlp=self.item_mlp,
             attn_dropout=self.attn_dropout,
             resid_dropout=self.resid_dropout,
+            **retrieval,  # type: ignore[arg-type]
         )
 
     def train_config(self) -> TrainConfig:
@@ -420,6 +467,7 @@ __all__ = [
     "CONFIG_FIELDS",
     "PLACEMENTS",
     "REFERENCE_DEFAULTS",
+    "RETRIEVAL_TASKS",
     "SCALES",
     "TASKS",
     "Config",

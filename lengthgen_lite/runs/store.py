@@ -40,6 +40,9 @@ STORE = pathlib.Path(__file__).resolve().parents[2] / "results" / "reference"
 LOSS_WINDOWS = 60  # window means kept of each seed's loss curve
 DIGITS = 6  # significant digits kept of every stored metric
 FILE_KEYS = ("spec", "config", "key", "provenance", "training", "rows")
+# Config fields added after files were stored: left out of the key at their default
+# (which is what the older files trained with), so those files keep their names.
+LATER_FIELDS = {"attn_bias": False, "item_mlp": 0}
 
 
 def _round(x: float) -> float:
@@ -48,9 +51,12 @@ def _round(x: float) -> float:
 
 def config_key(spec: Spec, index: int) -> str:
     """A short hash of what decides configuration ``index``'s numbers."""
-    config = spec.configurations()[index]
+    config = dataclasses.asdict(spec.configurations()[index])
+    for name, default in LATER_FIELDS.items():
+        if config[name] == default:
+            del config[name]
     identity = {
-        "config": dataclasses.asdict(config),
+        "config": config,
         "seeds": list(spec.seeds),
         "checkpoints": list(spec.checkpoints),
         "averagers": spec.averagers,
@@ -89,14 +95,24 @@ class Store:
         return self.root / spec.name.replace("/", "__")
 
     def path(self, spec: Spec, index: int) -> pathlib.Path:
-        return self.folder(spec) / f"{index:03d}-{config_key(spec, index)}.json"
+        """Named by content, not position: a grid that gains or loses a value keeps
+        the files of the configurations it still has."""
+        return self.folder(spec) / f"{config_key(spec, index)}.json"
 
     def has(self, spec: Spec, index: int) -> bool:
         return self.path(spec, index).exists()
 
     def missing(self, spec: Spec) -> list[int]:
-        """The configurations of ``spec`` with no file yet."""
+        """The configurations of ``spec`` (at the reference scale) with no file yet."""
+        spec = spec.at_scale("reference")
         return [i for i in range(len(spec.configurations())) if not self.has(spec, i)]
+
+    def stale(self, spec: Spec) -> list[pathlib.Path]:
+        """Files in ``spec``'s folder that no configuration of it reads any more (left
+        by an earlier version of the spec: delete them with the change)."""
+        spec = spec.at_scale("reference")
+        keys = {config_key(spec, i) for i in range(len(spec.configurations()))}
+        return sorted(p for p in self.folder(spec).glob("*.json") if p.stem not in keys)
 
     def save(
         self,
@@ -143,15 +159,16 @@ class Store:
             raise ValueError(f"{path}: fields {sorted(data)}; expected {FILE_KEYS}")
         if missing := set(PROVENANCE_KEYS) - set(data["provenance"]):
             raise ValueError(f"{path}: provenance lacks {sorted(missing)}")
-        if data["key"] != config_key(spec, index) or data["config"] != index:
+        if data["key"] != config_key(spec, index):
             raise ValueError(f"{path}: written for another configuration or spec")
+        data["rows"] = [row | {"config": index} for row in data["rows"]]
+        data["config"] = index  # its place in this spec's grid
         return data
 
     def load(self, spec: Spec, partial: bool = False) -> Results:
         """Every stored configuration of ``spec`` (a reference-scale spec) as one
         :class:`Results`; ``partial=False`` insists that none is missing."""
-        if spec.scale != "reference":
-            spec = spec.at_scale("reference")
+        spec = spec.at_scale("reference")
         if (missing := self.missing(spec)) and not partial:
             raise ValueError(
                 f"{spec.name} at the reference scale lacks configurations {missing}; "
@@ -185,8 +202,7 @@ def sweep(
     """Train every configuration of ``spec`` at the reference scale that the store
     lacks, saving each as it lands (Ray: one task per configuration); load them all."""
     store = Store() if store is None else store
-    if spec.scale != "reference":
-        spec = spec.at_scale("reference")
+    spec = spec.at_scale("reference")
     check_run_options(backend, None, ray_address, ray_num_cpus)
     require_choice("backend", backend, ("local", "ray"))
     todo = store.missing(spec)

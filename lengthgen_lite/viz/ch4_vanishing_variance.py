@@ -1,8 +1,9 @@
 """Chapter 4's figures: quantities against the set size N, and the slider of one output
 component.
 
-Every function takes precomputed arrays and draws; none trains or measures. Curves are
-[len(N)] or [K, len(N)] (one row per seed: the mean is drawn with a min-max band).
+Every function takes precomputed arrays (or a ``Results``) and draws; none trains or
+measures. Curves are [len(N)] or [K, len(N)] (one row per seed: the mean is drawn with a
+min-max band). The ``*_figure`` functions draw one whole figure of the notebook.
 """
 
 from __future__ import annotations
@@ -13,10 +14,14 @@ from typing import Any
 import numpy as np
 import plotly.graph_objects as go
 from matplotlib.axes import Axes
+from matplotlib.figure import Figure
 from plotly.subplots import make_subplots
 
+from ..chapters import ch4_llama as llama
+from ..chapters import ch4_vanishing_variance as ch4
 from ..core.evaluation import loglog_slope
-from .common import as_seed_array, ensure_axes, plot_curves
+from ..runs import Results
+from .common import as_seed_array, ensure_axes, panels, plot_curves
 from .style import PALETTE
 
 N_LABEL = "set size N (keys attended)"
@@ -369,3 +374,309 @@ def plot_slope_against_sink(
     ax.set(xlabel=xlabel, ylabel=ylabel, title=title)
     ax.legend(fontsize="small")
     return ax
+
+
+# --- the notebook's figures -----------------------------------------------------------
+
+
+def random_head_figure(
+    N: Sequence[int], std: Mapping[str, np.ndarray], n_eff: Mapping[str, np.ndarray]
+) -> Figure:
+    """Section 1: the random head's std of o_0 and its N_eff against N, per
+    sharpness."""
+    fig, axes = panels(
+        2, width=5.6, height=4.2, title="A random head: the output's spread against N"
+    )
+    plot_loglog_std(
+        N,
+        std,
+        title="std of the fixed component o_0 over 1000 input sets",
+        ylabel="std of o_0 across input sets",
+        ax=axes[0],
+    )
+    plot_against_N(
+        N,
+        n_eff,
+        title="effective number of attended items",
+        ylabel="mean N_eff (items)",
+        references={"N (uniform)": np.array(N, dtype=float)},
+        logy=True,
+        ax=axes[1],
+    )
+    return fig
+
+
+def llama_layer0_figure(
+    sizes: Sequence[int], records: Mapping[str, Any], n_sequences: int
+) -> Figure:
+    """SmolLM2's first layer: per-feature and global std after W_O, per input kind
+    (``records``: ch4_llama.LastPositionRecord)."""
+    fig, axes = panels(
+        2,
+        width=5.6,
+        height=4.2,
+        title="SmolLM2-135M, first layer (layer 0): attention output at the last "
+        "position",
+    )
+    for ax, (kind, record) in zip(axes, records.items()):
+        curves = llama.spread_curves(record.after_o_proj)
+        plot_loglog_std(
+            sizes,
+            {
+                "per feature: o_0": curves["feature o_0"][0],
+                "per feature: median of 576": curves["feature (median)"][0],
+                "global (across components)": curves["global"][0],
+            },
+            title=f"{kind} ({n_sequences} sequences)",
+            ylabel="std after W_O (output units)",
+            xlabel="sequence length N (tokens attended)",
+            ax=ax,
+        )
+    return fig
+
+
+def llama_slopes_figure(
+    sizes: Sequence[int], bands: Mapping[tuple[str, str], Any], kinds: Sequence[str]
+) -> Figure:
+    """Every layer's log-log slope with its bootstrap band, after and before W_O, per
+    input kind (``bands[kind, where]``: ch4_llama.SlopeBands)."""
+    fig, axes = panels(
+        2,
+        nrows=2,
+        width=6.4,
+        height=3.6,
+        title="SmolLM2-135M: log-log slope of the attention output's spread, every "
+        "layer (95 % bootstrap bands)",
+    )
+    for row, where in enumerate(("after_o_proj", "before_o_proj")):
+        for col, kind in enumerate(kinds):
+            band = bands[(kind, where)]
+            plot_layer_slopes(
+                sizes,
+                {
+                    label: (band.point[k], band.low[k], band.high[k])
+                    for label, k in (
+                        ("per feature (median)", "feature (median)"),
+                        ("global", "global"),
+                    )
+                },
+                title=f"{kind}, {'after' if where == 'after_o_proj' else 'before'} W_O",
+                ax=axes[2 * row + col],
+            )
+    return fig
+
+
+def sink_figure(
+    sizes: Sequence[int],
+    sinks: Mapping[str, np.ndarray],
+    bands: Mapping[tuple[str, str], Any],
+) -> Figure:
+    """The attention sink per layer and N for each input kind, and each layer's sink
+    against its slope."""
+    fig, axes = panels(
+        3,
+        width=4.9,
+        height=4.4,
+        title="Attention sink: the last query's weight on position 0 (BOS), mean over "
+        "heads and sequences",
+    )
+    for ax, (kind, sink) in zip(axes, sinks.items()):
+        plot_layer_heatmap(
+            sizes, sink, title=kind, colorbar="attention on position 0", ax=ax
+        )
+    plot_slope_against_sink(
+        {kind: sink[:, -1] for kind, sink in sinks.items()},
+        {
+            kind: bands[(kind, "after_o_proj")].point["feature (median)"]
+            for kind in sinks
+        },
+        title="Each layer: sink at N = 512 vs its slope",
+        xlabel="attention on position 0 at N = 512",
+        ylabel="slope of per-feature std (after W_O)",
+        ax=axes[2],
+    )
+    return fig
+
+
+MINILM_TITLES = {
+    1: "position 1 (an ordinary token)",
+    0: "position 0 ([CLS])",
+    "middle": "middle position N/2",
+}
+
+
+def minilm_figure(
+    sizes: Sequence[int], curves: Mapping[Any, Mapping[str, np.ndarray]]
+) -> Figure:
+    """MiniLM against its random-init copy: the median and o_0 std per position
+    (``curves[position]``, ch4_pretrained.minilm_curves)."""
+    fig, axes = panels(
+        3,
+        width=4.8,
+        height=4.2,
+        title="MiniLM (BERT, Post-LN, absolute positions), random-token inputs: "
+        "layer-0 attention output",
+    )
+    labels = [f"{n}, {c}" for n in ("MiniLM", "random init") for c in ("median", "o_0")]
+    styles = {label: "-" if label.endswith("median") else "--" for label in labels}
+    colors = {
+        label: PALETTE[0 if label.startswith("MiniLM") else 1] for label in labels
+    }
+    for ax, (position, lines) in zip(axes, curves.items()):
+        plot_loglog_std(
+            sizes,
+            lines,
+            title=MINILM_TITLES[position],
+            ylabel="std across 128 sequences (after W_O)",
+            xlabel="sequence length N (tokens attended)",
+            linestyles=styles,
+            colors=colors,
+            reference=False,
+            ax=ax,
+        )
+    return fig
+
+
+VARIANT_LABELS = {
+    "baseline": "no norm",
+    "layernorm": "LayerNorm after attention",
+    "standardize": "standardization after attention",
+}
+TRAIN_RANGE = (2, 16)  # the set sizes the retrieval models train on
+
+
+def accuracy_figure(N: np.ndarray, accuracy: Mapping[str, Mapping[str, Any]]) -> Figure:
+    """Accuracy against N, per task (``accuracy[task][variant]``: [K, len(N)])."""
+    fig, axes = panels(
+        2, width=5.8, height=4.2, title="Accuracy against N (3 seeds per variant)"
+    )
+    for ax, (task_name, curves) in zip(axes, accuracy.items()):
+        plot_against_N(
+            N,
+            {VARIANT_LABELS[v]: acc for v, acc in curves.items()},
+            title=task_name,
+            ylabel="accuracy",
+            train_range=TRAIN_RANGE,
+            references={"chance (1/10)": np.full(len(N), 0.1)},
+            ylim=(0, 1.02),
+            ax=ax,
+        )
+    return fig
+
+
+STATS = {
+    "median_feature_var": ("per-feature variance", True),
+    "global_mean": ("global mean", False),
+    "global_var": ("global variance", True),
+}  # field -> (label, log axis)
+SHORT = {"argmax retrieval": "argmax", "dictionary lookup": "dictionary"}
+
+
+def statistics_figure(N: np.ndarray, results: Results) -> Figure:
+    """The shift statistics against N, per task and variant, before (solid) and after
+    (dashed) the norm."""
+    fig, axes = panels(
+        3,
+        nrows=2,
+        width=4.9,
+        height=3.8,
+        title="Statistics of the attention output at the query: solid before the "
+        "norm, dashed after",
+    )
+    for row, task_name in enumerate(ch4.TASK_IDS):
+        for col, (name, (label, logy)) in enumerate(STATS.items()):
+            curves, styles, colors = {}, {}, {}
+            for i, v in enumerate(ch4.RETRIEVAL_VARIANTS):
+                curves[f"{v}, before"] = ch4.field(results, name, task_name, v)
+                styles[f"{v}, before"], colors[f"{v}, before"] = "-", PALETTE[i]
+                if v != "baseline":
+                    normed = ch4.field(results, f"normed_{name}", task_name, v)
+                    curves[f"{v}, after"] = normed
+                    styles[f"{v}, after"], colors[f"{v}, after"] = "--", PALETTE[i]
+            ylabel = label + (
+                " (median over j)" if name == "median_feature_var" else ""
+            )
+            plot_against_N(
+                N,
+                curves,
+                title=f"{SHORT[task_name]}: {label}",
+                ylabel=ylabel,
+                train_range=TRAIN_RANGE,
+                logy=logy,
+                linestyles=styles,
+                colors=colors,
+                legend="outside" if (row, col) == (0, 2) else False,
+                ax=axes[3 * row + col],
+            )
+    return fig
+
+
+def attention_figure(N: np.ndarray, results: Results) -> Figure:
+    """The mass on the correct item and N_eff against N, per task and variant."""
+    fig, axes = panels(
+        2,
+        nrows=2,
+        width=5.6,
+        height=3.8,
+        title="Attention at the query (best head on the correct item; N_eff mean "
+        "over heads)",
+    )
+    mass, n_eff = (ch4.fields(results, k) for k in ("target_attention", "n_eff"))
+    for row, task_name in enumerate(ch4.TASK_IDS):
+        plot_against_N(
+            N,
+            {VARIANT_LABELS[v]: m for v, m in mass[task_name].items()},
+            title=f"{task_name}: mass on the correct item",
+            ylabel="attention weight",
+            train_range=TRAIN_RANGE,
+            logy=True,
+            legend=(row == 0),
+            ax=axes[2 * row],
+        )
+        plot_against_N(
+            N,
+            {VARIANT_LABELS[v]: n for v, n in n_eff[task_name].items()},
+            title=f"{task_name}: effective number of attended items",
+            ylabel="N_eff (items)",
+            train_range=TRAIN_RANGE,
+            logy=True,
+            references={"N + 1 (uniform)": N + 1.0},
+            legend=False,
+            ax=axes[2 * row + 1],
+        )
+    return fig
+
+
+def rescaled_figure(
+    N: np.ndarray,
+    results: Results,
+    accuracy: Mapping[str, Mapping[str, np.ndarray]],
+    rescaled: Mapping[str, np.ndarray],
+) -> Figure:
+    """Accuracy against the attention on the correct item: baseline, LayerNorm, and the
+    baseline rescaled at test time (``rescaled[task]``: [K, len(N)])."""
+    fig, axes = panels(
+        2,
+        width=5.8,
+        height=4.2,
+        title="Accuracy against attention on the correct item (one point per N, "
+        "mean of 3 seeds)",
+    )
+    mass = ch4.fields(results, "target_attention")
+    for ax, t in zip(axes, ch4.TASK_IDS):
+        pairs = {
+            VARIANT_LABELS[v]: (mass[t][v], accuracy[t][v])
+            for v in ("baseline", "layernorm")
+        }
+        pairs["no norm, rescaled at test time"] = (mass[t]["baseline"], rescaled[t])
+        plot_paired(
+            N,
+            pairs,
+            title=t,
+            xlabel="attention weight on the correct item (best head)",
+            ylabel="accuracy",
+            logx=True,
+            annotate=[16, 64, 256, 512, 1024],
+            ax=ax,
+        )
+    return fig

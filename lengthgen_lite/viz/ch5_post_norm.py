@@ -8,17 +8,30 @@ on one sequence at every length).
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
+from functools import partial
 from typing import Any
 
 import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 from matplotlib.axes import Axes
+from matplotlib.figure import Figure
 from plotly.subplots import make_subplots
 
-from ..chapters.ch5_post_norm import PLACEMENTS
+from ..chapters.ch5_post_norm import (
+    OUTPUT_NORM,
+    PLACEMENTS,
+    TARGETS,
+    GapProfile,
+    Results,
+    curves,
+    divisor_laws,
+    dropout_curves,
+    relative,
+    stack_profile,
+)
 from ..core.evaluation import PrefixProfile
-from .common import plot_length_curves, rows_frame
+from .common import panels, plot_length_curves, plot_tv_and_invalid_mass, rows_frame
 from .sliders import (
     SliderFigure,
     live_slider,
@@ -99,6 +112,142 @@ def plot_placement_curves(
         legend=legend or False,
         **kwargs,
     )
+
+
+Profiles = Mapping[tuple[str, str], Sequence[GapProfile]]
+
+
+def plot_placement_metrics(
+    results: Results, *, train_length: int, title: str
+) -> Figure:
+    """TV to p* (top row) and invalid mass (bottom row) by prefix length, one column
+    per target kind, every placement: mean over seeds with the min-max band."""
+    return plot_tv_and_invalid_mass(
+        results.lengths(),
+        partial(curves, results),
+        TARGETS,
+        tv_label="TV to p* (0 = perfect)",
+        train_length=train_length,
+        title=title,
+    )
+
+
+def plot_gap_growth(profiles: Profiles, *, train_length: int, title: str) -> Figure:
+    """s x logit gap by prefix length (log scale; flat = the 1/s law), one panel per
+    target kind, every placement."""
+    fig, axes = panels(2, width=5.8, height=4.2, title=title)
+    for ax, targets in zip(axes, TARGETS):
+        s = profiles[(targets, PLACEMENTS[0])][0].s
+        plot_placement_curves(
+            s,
+            {n: s * stack_profile(profiles[(targets, n)], "gap") for n in PLACEMENTS},
+            ylabel="s x logit gap (logit units, log scale)",
+            title=f"{targets} targets",
+            train_length=train_length,
+            logy=True,
+            ax=ax,
+            legend="upper left" if targets == "soft" else None,
+        )
+    return fig
+
+
+def plot_soft_mechanism(profiles: Profiles, *, train_length: int, title: str) -> Figure:
+    """Soft targets, every placement: attention entropy / log s, s x the largest
+    attention weight, and s x gap with the output norm's divisor frozen (none and pre
+    have no output norm: their frozen gap is their gap)."""
+    soft = {norm: profiles[("soft", norm)] for norm in PLACEMENTS}
+    s = soft[PLACEMENTS[0]][0].s
+    panel_specs = (
+        (
+            {n: stack_profile(p, "entropy_ratio") for n, p in soft.items()},
+            "attention entropy / log s",
+            "Attention entropy (1 = uniform)",
+            (0.8, 1.02),
+            "lower right",
+        ),
+        (
+            {n: stack_profile(p, "max_attention_ratio") for n, p in soft.items()},
+            "s x largest attention weight",
+            "Largest weight (1 = uniform, s = one-hot)",
+            (0.9, 2.0),
+            None,
+        ),
+        (
+            {n: s * stack_profile(p, "frozen_gap") for n, p in soft.items()},
+            "s x logit gap (logit units)",
+            "s x gap, the output norm's divisor frozen",
+            (0, 40),
+            None,
+        ),
+    )
+    fig, axes = panels(3, width=4.6, height=4.0, title=title)
+    for ax, (values, ylabel, panel_title, ylim, legend) in zip(axes, panel_specs):
+        plot_placement_curves(
+            s,
+            values,
+            ylabel=ylabel,
+            title=panel_title,
+            train_length=train_length,
+            ylim=ylim,
+            ax=ax,
+            legend=legend,
+        )
+    return fig
+
+
+def plot_divisor_law(profiles: Profiles, *, train_length: int, title: str) -> Figure:
+    """Soft targets: each output norm's divisor relative to s = 1 against chapter 3's
+    spread law, and the logit gap relative to s = 1 against chapter 3's LN gap and 1/s
+    (log scale)."""
+    s = profiles[("soft", "none")][0].s
+    gap_law, spread_law = divisor_laws(int(s[-1]) + 1)
+    fig, axes = panels(2, width=5.8, height=4.2, title=title)
+    plot_placement_curves(
+        s,
+        {n: relative(profiles, "soft", n, "divisor") for n in OUTPUT_NORM},
+        ylabel="divisor(s) / divisor(1)",
+        title="The output norm's divisor",
+        train_length=train_length,
+        references={"chapter 3: sqrt((v-s)/(s(v-1)))": spread_law},
+        legend="upper right",
+        ax=axes[0],
+    )
+    plot_placement_curves(
+        s,
+        {n: relative(profiles, "soft", n, "gap") for n in ("none", *OUTPUT_NORM)},
+        ylabel="gap(s) / gap(1) (log scale)",
+        title="The logit gap",
+        train_length=train_length,
+        references={
+            "chapter 3 with LN: v / sqrt(s(v-s))": gap_law / gap_law[0],
+            "1/s": 1 / s,
+        },
+        logy=True,
+        ylim=(0.04, 1.5),
+        legend="lower left",
+        ax=axes[1],
+    )
+    return fig
+
+
+def plot_dropout(
+    placements: Results, dropout: Results, *, train_length: int, title: str
+) -> Figure:
+    """TV to p* by prefix length of the model without a norm, without dropout and with
+    each dropout setting, one panel per target kind."""
+    s = placements.lengths()
+    fig, axes = panels(2, width=5.8, height=4.0, title=title)
+    for ax, targets in zip(axes, TARGETS):
+        plot_length_curves(
+            s,
+            dropout_curves(placements, dropout, targets),
+            ylabel="TV to p* (0 = perfect)",
+            title=f"TV, {targets} targets",
+            train_length=train_length,
+            ylim=(0, 1),
+            ax=ax,
+        )
+    return fig
 
 
 def placement_draw(

@@ -14,9 +14,11 @@ import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 from matplotlib.axes import Axes
+from matplotlib.figure import Figure
 from plotly.subplots import make_subplots
 
-from .common import plot_length_curves
+from ..chapters.ch7_beyond_set_complement import Results, curves, task_setup
+from .common import panels, plot_length_curves, plot_tv_and_invalid_mass
 from .sliders import SliderFigure, static_slider_figure
 from .style import PALETTE
 
@@ -50,6 +52,108 @@ def plot_curves(
     ax.set_xticks(s[step - 1 :: step])
     ax.set_xlabel(LENGTH_LABEL)
     return ax
+
+
+def plot_game_placements(results: Results, *, title: str) -> Figure:
+    """Tic-Tac-Toe: TV (top row) and invalid mass (bottom row) by length, soft and
+    sampled targets, every placement (mean over seeds, min-max band)."""
+    return plot_tv_and_invalid_mass(
+        results.lengths(task="tictactoe"),
+        lambda targets, field: curves(results, "tictactoe", targets, field),
+        ("soft", "sampled"),
+        tv_label="TV to the target (0 = perfect)",
+        train_length=task_setup("tictactoe").train_length,
+        title=title,
+        plot=plot_curves,
+    )
+
+
+def plot_running_and_finished(
+    results: Results, share_single: np.ndarray, *, title: str
+) -> Figure:
+    """Tic-Tac-Toe, soft targets: TV at positions with a set of legal squares (a
+    running game) and at END-only positions (a finished game), with the share of END
+    positions by length (``share_single``, [len(s)]) dashed on the second panel."""
+    s = results.lengths(task="tictactoe")
+    fig, axes = panels(2, width=5.8, height=3.9, title=title)
+    kinds = ("running game (two or more legal squares)", "finished game (END only)")
+    for ax, field, label in zip(axes, ("tv_set", "tv_single"), kinds):
+        plot_curves(
+            s,
+            curves(results, "tictactoe", "soft", field),
+            ylabel="TV to the target",
+            title=f"TV at positions with a {label}",
+            train_length=task_setup("tictactoe").train_length,
+            ylim=(0, 1),
+            ax=ax,
+            legend=field == "tv_set",
+        )
+    axes[1].plot(
+        s, share_single, linestyle="--", color="0.2", label="share of END positions"
+    )
+    axes[1].legend(fontsize="small")
+    return fig
+
+
+def plot_game_diagnostics(results: Results, *, title: str) -> Figure:
+    """Tic-Tac-Toe, soft targets: chapter 2's diagnostics by length, attention entropy
+    over log s and the logit gap, every placement."""
+    s = results.lengths(task="tictactoe")
+    train_length = task_setup("tictactoe").train_length
+    fig, axes = panels(2, width=5.8, height=3.9, title=title)
+    plot_curves(
+        s,
+        curves(results, "tictactoe", "soft", "entropy_ratio"),
+        ylabel="attention entropy / log s",
+        title="Attention entropy (1 = uniform over the moves)",
+        train_length=train_length,
+        ylim=(0, 1.05),
+        ax=axes[0],
+    )
+    plot_curves(
+        s,
+        curves(results, "tictactoe", "soft", "logit_gap"),
+        ylabel="logit gap (nats)",
+        title="Smallest legal minus largest illegal logit",
+        train_length=train_length,
+        ax=axes[1],
+        legend=False,
+    )
+    return fig
+
+
+# (language, target kind) per panel of the languages figure
+LANGUAGE_PANELS = (
+    ("anbn", "soft"),
+    ("anbn", "sampled"),
+    ("unlock", "soft"),
+    ("norepeat", "soft"),
+)
+
+
+def plot_languages(
+    results: Results,
+    *,
+    title: str,
+    language_panels: Sequence[tuple[str, str]] = LANGUAGE_PANELS,
+) -> Figure:
+    """TV by length on each (language, target kind) of ``language_panels``, every
+    placement, two panels a row."""
+    nrows = (len(language_panels) + 1) // 2
+    fig, axes = panels(2, nrows=nrows, width=5.8, height=3.9, title=title)
+    for i, (task, targets) in enumerate(language_panels):
+        setup = task_setup(task)
+        plot_curves(
+            results.lengths(task=task),
+            curves(results, task, targets, "tv"),
+            ylabel="TV to the target (0 = perfect)",
+            title=f"{setup.task.name}, {targets} targets",
+            train_length=setup.train_length,
+            ylim=(0, 1),
+            ax=axes[i],
+            legend=i == 0,
+        )
+    return fig
 
 
 def verdict_table(

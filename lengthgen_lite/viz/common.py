@@ -10,7 +10,7 @@ a line with markers and its min-max range over seeds as a band
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import matplotlib.pyplot as plt
@@ -245,6 +245,45 @@ def plot_length_curves(
     s = np.asarray(s)
     shade = None if train_length is None else training_lengths(train_length)
     return plot_curves(s, curves, xlabel=S_LABEL, xticks=s, shade=shade, **kwargs)
+
+
+def plot_tv_and_invalid_mass(
+    s: np.ndarray,
+    curves: Callable[[str, str], Mapping[str, np.ndarray]],
+    targets: Sequence[str],
+    *,
+    tv_label: str,
+    train_length: int,
+    title: str,
+    plot: Callable[..., Axes] = plot_length_curves,
+) -> Figure:
+    """TV (top row) and invalid mass (bottom row) against ``s``, one column per target
+    kind, the legend in the first panel: the placements figure of chapters 5 and 7.
+
+    ``curves(targets, metric)`` gives label -> [K, len(s)] for one panel; ``plot``
+    draws a panel (:func:`plot_length_curves` or a chapter's variant with its
+    arguments).
+    """
+    if not targets:
+        raise ValueError("targets must name at least one target kind")
+    fig, axes = panels(len(targets), nrows=2, width=5.8, height=3.9, title=title)
+    rows = (
+        ("tv", tv_label, "TV"),
+        ("invalid_mass", "invalid mass (probability)", "Invalid mass"),
+    )
+    for row, (metric, ylabel, name) in enumerate(rows):
+        for col, kind in enumerate(targets):
+            plot(
+                s,
+                curves(kind, metric),
+                ylabel=ylabel,
+                title=f"{name}, {kind} targets",
+                train_length=train_length,
+                ylim=(0, 1),
+                ax=axes[row * len(targets) + col],
+                legend=row == 0 and col == 0,
+            )
+    return fig
 
 
 def plot_metric(

@@ -1,0 +1,111 @@
+"""The reference scale's scorecard rows (``book/reference.ipynb``): each claim a chapter
+asserts on its live run, decided again on the converged sweep in ``results/reference``
+(:mod:`lengthgen_lite.runs.store`), cell by cell of its sensitivity grid, with 95%
+bootstrap intervals over ten seeds.
+
+Each function takes the stored :class:`~lengthgen_lite.runs.Results` of one chapter
+spec at the reference scale and returns a
+:class:`~lengthgen_lite.runs.compare.ReferenceClaim` keyed like the live row.
+"""
+
+from __future__ import annotations
+
+from ..runs import Results
+from ..runs.compare import (
+    ReferenceClaim,
+    level_effects,
+    paired_effects,
+    reference_claim,
+)
+from ..runs.spec import Config
+from ..runs.store import Store
+from . import ch1_set_complement as ch1
+from . import ch5_post_norm as ch5
+
+# the live specs whose reference sweeps this page reads, in the book's order
+SPECS = {
+    "ch1/baseline": ch1.SPECS["ch1/baseline"],
+    "ch5/placements": ch5.SPECS["ch5/placements"],
+}
+# the claims whose reference sweeps are not complete yet, and what they wait for
+PENDING = {
+    "ch5-score-dropout": "ch5/dropout: 36 configurations (both dropout kinds at 0, "
+    "0.1, 0.3 x target kind x init), sweeping",
+    "ch4 (LN on dictionary lookup, argmax retrieval, mean drift)": "ch4/retrieval: "
+    "60 configurations (with an item MLP for argmax retrieval and biased W_V/W_O for "
+    "the mean drift), about 4 hours of one core, not run yet",
+    "ch6-score-search and the EMA rows": "a grid of EMA x norm placement x window",
+    "ch7 rows": "the game and the languages at d_model >= 64",
+}
+
+
+def load(name: str, store: Store | None = None) -> Results:
+    """The stored reference sweep of ``SPECS[name]`` (every configuration, or a
+    ValueError saying which command makes the missing ones)."""
+    if name not in SPECS:
+        raise ValueError(f"no reference sweep named {name!r}; allowed: {list(SPECS)}")
+    return (Store() if store is None else store).load(SPECS[name])
+
+
+def configs_where(results: Results, **where: object) -> list[int]:
+    """The indices of the configurations matching ``where`` (config fields)."""
+    return sorted({r["config"] for r in results.select(**where)})
+
+
+def loss_examples(placements: Results) -> list[int]:
+    """The loss curves the page draws: no norm and post-norm, both target kinds, the
+    book's init and learning rate."""
+    return configs_where(placements, norm="none", init="book", lr=3e-3) + configs_where(
+        placements, norm="post", init="book", lr=3e-3
+    )
+
+
+def budget_numbers(placements: Results) -> dict[str, float]:
+    """The numbers the page quotes about post-norm and budget (glue name -> rounded
+    value): mean TV beyond L of no norm and post-norm, soft targets, at the book's init
+    and learning rate (the live run's cell), at every checkpoint."""
+    out: dict[str, float] = {}
+    steps = sorted({r["step"] for r in placements.rows})
+    live = Config(**ch1.BASELINE)  # the live run's init and learning rate
+    cell = {"targets": "soft", "init": live.init, "lr": live.lr}
+    for norm in ("none", "post"):
+        for step in steps:
+            tv = placements.values("tv_beyond", norm=norm, step=step, **cell).mean()
+            out[f"ref-tv-{norm}-{step}"] = round(float(tv), 3)
+    first, last = steps[0], steps[-1]
+    for step in (first, last):
+        ratio = out[f"ref-tv-none-{step}"] / out[f"ref-tv-post-{step}"]
+        out[f"ref-ratio-{step}"] = round(ratio, 1)
+    return out
+
+
+def fails(baseline: Results) -> ReferenceClaim:
+    """Chapter 1's premise: the soft-target model's TV at the longest length stays above
+    0.5 (the live row's threshold) in every cell."""
+    effects = level_effects(baseline, "tv_longest", minus=0.5, targets="soft")
+    return reference_claim(
+        "ch1-score-fails", effects, "soft targets, TV at s = v - 1 minus 0.5"
+    )
+
+
+def postnorm(placements: Results) -> ReferenceClaim:
+    """Chapter 5's headline: post-norm lowers the TV beyond the training lengths
+    against no norm, in every cell (target kind x init x learning rate)."""
+    effects = paired_effects(
+        placements, "tv_beyond", treated={"norm": "post"}, control={"norm": "none"}
+    )
+    return reference_claim(
+        "ch5-score-postnorm", effects, "TV beyond L, no norm minus post-norm"
+    )
+
+
+__all__ = [
+    "PENDING",
+    "budget_numbers",
+    "SPECS",
+    "configs_where",
+    "fails",
+    "load",
+    "loss_examples",
+    "postnorm",
+]

@@ -1,0 +1,108 @@
+import numpy as np
+import pytest
+
+from lengthgen_lite.runs import Results
+from lengthgen_lite.runs.compare import (
+    budget_note,
+    paired_effects,
+    reference_verdict,
+)
+from tiny_experiment import tiny_spec
+
+SEEDS = range(10)
+
+
+def fabricated(gain_book: float, gain_torch: float, early: float = 0.0) -> Results:
+    """TV beyond L is 0.5 + seed noise; attn_out lowers it by the gain of its init
+    (at step 60), or by ``early`` (at the checkpoint, step 20)."""
+    spec = tiny_spec(
+        grid={"norm": ("none", "attn_out"), "init": ("book", "torch")},
+        seeds=tuple(SEEDS),
+        steps=60,
+        checkpoints=(20,),
+    )
+    noise = np.random.default_rng(0).normal(0, 0.05, len(SEEDS))
+    # the treated side's own noise: small, and centred (its mean over these seeds
+    # is 0.0011, inside its interval)
+    jitter = np.random.default_rng(1).normal(0, 0.005, len(SEEDS))
+    rows = []
+    for index, config in enumerate(spec.configurations()):
+        for step in (20, 60):
+            gain = {"book": gain_book, "torch": gain_torch}[config.init]
+            drop = (gain if step == 60 else early) * (config.norm == "attn_out")
+            for seed in SEEDS:
+                tv = 0.5 + noise[seed] - drop + jitter[seed] * (config.norm != "none")
+                rows.append(
+                    {
+                        "config": index,
+                        "variant": "raw",
+                        "seed": seed,
+                        "scale": 1.0,
+                        "step": step,
+                        "s": [1, 2, 3, 4, 5],
+                        "tv": [0.0, 0.0, 0.0, tv, tv],
+                    }
+                )
+    return Results(spec, rows)
+
+
+def verdict_of(results: Results, step: int = 60) -> str:
+    effects = paired_effects(
+        results, "tv_beyond", {"norm": "attn_out"}, {"norm": "none"}
+    )
+    return reference_verdict([e for e in effects if e.step == step])
+
+
+def test_cells_span_the_other_axes_and_every_budget():
+    effects = paired_effects(
+        fabricated(0.1, 0.0), "tv_beyond", {"norm": "attn_out"}, {"norm": "none"}
+    )
+    assert [(e.cell, e.step) for e in effects] == [
+        ({"init": "book"}, 20),
+        ({"init": "book"}, 60),
+        ({"init": "torch"}, 20),
+        ({"init": "torch"}, 60),
+    ]
+    assert effects[1].interval.mean == pytest.approx(0.1, abs=0.002)
+    assert not any(e.converged for e in effects)  # no training record: not converged
+
+
+@pytest.mark.parametrize(
+    "gains, word",
+    [
+        ((0.1, 0.1), "reproduced"),
+        ((0.1, 0.0), "partly reproduced"),
+        ((0.0, 0.0), "robust null"),
+        ((-0.1, 0.0), "not reproduced"),
+    ],
+)
+def test_verdict_words(gains, word):
+    assert verdict_of(fabricated(*gains)) == word
+
+
+def test_a_verdict_that_changes_with_budget_says_so():
+    effects = paired_effects(
+        fabricated(0.1, 0.1), "tv_beyond", {"norm": "attn_out"}, {"norm": "none"}
+    )
+    assert budget_note(effects) == (
+        "flips with budget: 20 steps: robust null; 60 steps: reproduced"
+    )
+    steady = paired_effects(
+        fabricated(0.1, 0.1, early=0.1),
+        "tv_beyond",
+        {"norm": "attn_out"},
+        {"norm": "none"},
+    )
+    assert budget_note(steady) == "the same verdict at 20, 60 steps"
+
+
+def test_bad_comparisons_are_clear_errors():
+    results = fabricated(0.1, 0.1)
+    with pytest.raises(ValueError, match=r"\['init'\] differ"):
+        paired_effects(
+            results, "tv_beyond", {"norm": "post", "init": "book"}, {"norm": "none"}
+        )
+    with pytest.raises(ValueError, match="sign=2"):
+        paired_effects(
+            results, "tv_beyond", {"norm": "attn_out"}, {"norm": "none"}, sign=2
+        )
