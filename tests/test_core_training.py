@@ -408,9 +408,18 @@ def test_sample_next_tokens_is_torch_multinomial():
 
 
 @pytest.mark.parametrize("norm", PLACEMENTS)
-def test_fast_forward_is_the_same_function(norm):
+@pytest.mark.parametrize("biases", [{}, {"attn_bias": True, "init": "torch"}])
+def test_fast_forward_is_the_same_function(norm, biases):
     model = Transformer(
-        ModelConfig(vocab_size=8, d_model=16, n_heads=2, n_layers=2, d_mlp=8, norm=norm)
+        ModelConfig(
+            vocab_size=8,
+            d_model=16,
+            n_heads=2,
+            n_layers=2,
+            d_mlp=8,
+            norm=norm,
+            **biases,
+        )
     )
     tokens = TASK.sample_train_batch(16, 5, make_generator(0)).inputs
     # Equal up to rounding: each form is about as far from the exact (float64) function

@@ -297,7 +297,9 @@ class Attention(nn.Module):
             ov = F.embedding(tokens, ov.flatten(1)).view(B, T, self.n_heads, -1)
             out = _matmul(pattern, ov.transpose(1, 2), broadcast)
             # [batch, T or 1, d_model]
-            return out.squeeze(1) if self.n_heads == 1 else out.sum(1)
+            out = out.squeeze(1) if self.n_heads == 1 else out.sum(1)
+            # W_O's bias (attn_bias) after the product, as the plain path adds it
+            return out if self.W_O.bias is None else out + self.W_O.bias
         v = self.W_V(x).view(B, T, self.n_heads, self.d_head).transpose(1, 2)
         # [batch, T or 1, head, d_head]
         z = self.hook_z(_matmul(pattern, v, broadcast).transpose(1, 2))
