@@ -3,12 +3,16 @@
 
 For each chapter's main training, CPU ms per seed-step (one optimiser step of one seed)
 on the reference path, the eager fast path and the compiled fast path, interleaved and
-repeated in one process; and the compile cost: the first compiled step's wall seconds
-less a steady step, once with an empty inductor cache (cold) and then warm. Per-step
-times come from an averager that only reads the clock (``train`` calls it after every
-step), so the first step (data chunk, compile) is timed apart from the rest. The
-arithmetic limit of a step is its matmul FLOPs (fast path: token tables) divided by the
-measured throughput of a [K, batch * pos, d] x [K, d, d] batched matmul.
+repeated in one process: the medians over repeats, and the speed-ups as the medians of
+each repeat's ratio (the machine may be shared: only ratios measured side by side mean
+much). The compile cost is the first compiled step's wall seconds less a steady step:
+with an empty inductor cache (cold), with a warm cache but a fresh trace (warm: a new
+process, e.g. a notebook re-executed), and in a later training of the same shapes, which
+reuses the compiled step (reused). Per-step times come from an averager that only reads
+the clock (``train`` calls it after every step), so the first step (data chunk, compile)
+is timed apart from the rest. The arithmetic limit of a step is its matmul FLOPs (fast
+path: token tables for Q/K/V and W_O) divided by the measured throughput of a
+[K, batch * pos, d] x [K, d, d] batched matmul.
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ from batched_training import matmul_seconds
 
 from lengthgen_lite.chapters import ch1_set_complement as ch1
 from lengthgen_lite.chapters import ch7_beyond_set_complement as ch7
+from lengthgen_lite.core import training
 from lengthgen_lite.core.averaging import make_bema, make_ema
 from lengthgen_lite.core.model import ModelConfig
 from lengthgen_lite.core.tasks import Task
@@ -147,20 +152,26 @@ def matmul_flops(run: Run, tables: bool) -> float:
     m, batch = run.model_cfg, run.train_cfg.batch
     (T,) = run.task.train_sizes()
     inner, rows = m.n_heads * m.head_dim, batch * T
-    qkv_rows = m.vocab_size if tables else rows
+    # tables: Q, K, V and W_O on v rows, pattern @ (V W_O) at d_model per head
+    table_rows = m.vocab_size if tables else rows
     forward = (
-        3 * qkv_rows * m.d_model * inner
-        + rows * inner * m.d_model
+        3 * table_rows * m.d_model * inner
+        + table_rows * inner * m.d_model
         + rows * m.d_model * m.output_size
     )
-    forward += 2 * batch * m.n_heads * T * T * m.head_dim  # scores and pattern @ v
+    value_width = m.d_model if tables else m.head_dim
+    # scores, then pattern @ v
+    forward += batch * m.n_heads * T * T * (m.head_dim + value_width)
     return 3 * 2 * forward
 
 
 def fast_path(steps: int, repeats: int) -> list[dict[str, object]]:
-    """One row per chapter: ms per seed-step per path (min over interleaved repeats),
-    speed-ups, compile cost cold and warm, break-even seed-steps, the arithmetic
-    limit."""
+    """One row per chapter: ms per seed-step per path (median over interleaved
+    repeats), speed-ups (median of the repeats' ratios), compile cost cold, warm and
+    reused, break-even seed-steps, the arithmetic limit. Needs ``repeats >= 3`` (cold,
+    warm, reused)."""
+    if repeats < 3:
+        raise ValueError(f"repeats must be >= 3 (cold, warm, reused), got {repeats}")
     rows = []
     cache = os.environ.get("TORCHINDUCTOR_CACHE_DIR")
     for run in chapter_runs(steps):
@@ -169,13 +180,20 @@ def fast_path(steps: int, repeats: int) -> list[dict[str, object]]:
         with tempfile.TemporaryDirectory() as cold:
             # the first compiled training compiles from scratch
             os.environ["TORCHINDUCTOR_CACHE_DIR"] = cold
-            for _ in range(repeats):
+            for repeat in range(repeats):
                 for path in PATHS:
+                    if path == "compiled" and repeat < 2:
+                        # trace again (cold, then warm); later repeats reuse the step
+                        training._COMPILED.clear()
                     cpu_ms, step_wall, first_wall = timed(run, path)
                     ms[path].append(cpu_ms)
                     if path == "compiled":
                         compile_s.append(first_wall - step_wall)
-        best = {path: min(values) for path, values in ms.items()}
+        best = {path: float(np.median(values)) for path, values in ms.items()}
+        ratio = {
+            path: float(np.median(np.divide(ms["reference"], ms[path])))
+            for path in PATHS
+        }
         K = run.seeds
         (T,) = run.task.train_sizes()
         gflops = (
@@ -189,7 +207,7 @@ def fast_path(steps: int, repeats: int) -> list[dict[str, object]]:
             )
             / 1e9
         )
-        warm = min(compile_s[1:]) if len(compile_s) > 1 else compile_s[0]
+        warm, reused = compile_s[1], float(np.median(compile_s[2:]))
         saving_ms = best["fast"] - best["compiled"]
         rows.append(
             {
@@ -203,10 +221,15 @@ def fast_path(steps: int, repeats: int) -> list[dict[str, object]]:
                     run.model_cfg, run.task, replace(run.train_cfg, path="compiled"), K
                 ).label,
                 **{f"{path}_ms": round(value, 3) for path, value in best.items()},
-                "fast_speedup": round(best["reference"] / best["fast"], 2),
-                "compiled_speedup": round(best["reference"] / best["compiled"], 2),
+                "fast_speedup": round(ratio["fast"], 2),
+                "compiled_speedup": round(ratio["compiled"], 2),
+                # every repeat, in order: ms per seed-step per path
+                "repeats_ms": {
+                    path: [round(v, 3) for v in values] for path, values in ms.items()
+                },
                 "compile_cold_s": round(compile_s[0], 1),
                 "compile_warm_s": round(warm, 1),
+                "compile_reused_s": round(reused, 2),
                 "break_even_seed_steps": round(1e3 * warm / saving_ms)
                 if saving_ms > 0
                 else None,

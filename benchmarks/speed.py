@@ -23,7 +23,7 @@ by the tests).
 5. The training loop's reference path against its fast path (eager and compiled) on each
    chapter's main training, with the compile cost and the arithmetic limit
    (`fast_path.py`). Only this section, merged into the existing results file: `python
-   benchmarks/speed.py --fast-path` (about ten minutes).
+   benchmarks/speed.py --fast-path` (about fifteen minutes).
 
 The results file is what the appendix's speed page (`book/speed.ipynb`) plots;
 re-execute that page after a new measurement (`make bench` does both). Timings depend on
@@ -237,13 +237,16 @@ def measure_fast_path(steps: int, repeats: int) -> dict[str, object]:
             f"{row['chapter']:<15} reference {row['reference_ms']} fast "
             f"{row['fast_ms']} compiled {row['compiled_ms']} ms "
             f"per seed-step (x{row['fast_speedup']}, "
-            f"x{row['compiled_speedup']}); compile {row['compile_cold_s']} s "
-            "cold, "
-            f"{row['compile_warm_s']} s warm; limit {row['limit_ms']} ms"
+            f"x{row['compiled_speedup']} side by side); compile "
+            f"{row['compile_cold_s']} s cold, {row['compile_warm_s']} s warm, "
+            f"{row['compile_reused_s']} s reused; break-even "
+            f"{row['break_even_seed_steps']} seed-steps; limit {row['limit_ms']} ms"
         )
     return {
         "steps": steps,
         "repeats": repeats,
+        # ms: median over repeats; speed-ups: median of each repeat's ratio
+        "statistic": "median",
         "load_before": [round(x, 2) for x in load_before],
         "load_after": [round(x, 2) for x in os.getloadavg()],
         "rows": rows,
@@ -296,7 +299,7 @@ def main() -> None:
     parser.add_argument(
         "--fast-path-steps",
         type=int,
-        default=300,
+        default=1000,
         help="training steps per fast-path measurement",
     )
     args = parser.parse_args()

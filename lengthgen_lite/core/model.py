@@ -266,11 +266,11 @@ class Attention(nn.Module):
         table of each token's input (see :meth:`Transformer.forward`): then v rows are
         projected, not every position."""
         B, T = x.shape[:2] if tokens is None else tokens.shape
-        q, k, v = (
+        q, k = (
             (W(x) if tokens is None else F.embedding(tokens, W(x)))
             .view(B, T, self.n_heads, self.d_head)
             .transpose(1, 2)
-            for W in (self.W_Q, self.W_K, self.W_V)
+            for W in (self.W_Q, self.W_K)
         )
         # one query row: O(T) rather than O(T^2), so N = 1024 stays cheap (ch. 4)
         if self.last_query:
@@ -283,8 +283,26 @@ class Attention(nn.Module):
             ]
             scores = scores.masked_fill(future, float("-inf"))
         pattern = self.hook_pattern(self.hook_attn_scores(scores).softmax(dim=-1))
+        pattern = self.dropout(pattern)
+        if tokens is not None:
+            # Token tables: W_O is linear, so pattern @ (V W_O) is (pattern @ V) W_O; it
+            # projects v table rows instead of every position (most of a training
+            # step's matmul FLOPs otherwise). z is never formed, so hook_z is not
+            # called.
+            W_O = self.W_O.weight.view(-1, self.n_heads, self.d_head)
+            ov = torch.einsum(
+                "vhe,dhe->vhd", self.W_V(x).view(x.shape[0], *W_O.shape[1:]), W_O
+            )
+            # [batch, head, T, d_model]
+            ov = F.embedding(tokens, ov.flatten(1)).view(B, T, self.n_heads, -1)
+            out = _matmul(pattern, ov.transpose(1, 2), broadcast)
+            # [batch, T or 1, d_model]
+            out = out.squeeze(1) if self.n_heads == 1 else out.sum(1)
+            # W_O's bias (attn_bias) after the product, as the plain path adds it
+            return out if self.W_O.bias is None else out + self.W_O.bias
+        v = self.W_V(x).view(B, T, self.n_heads, self.d_head).transpose(1, 2)
         # [batch, T or 1, head, d_head]
-        z = self.hook_z(_matmul(self.dropout(pattern), v, broadcast).transpose(1, 2))
+        z = self.hook_z(_matmul(pattern, v, broadcast).transpose(1, 2))
         # [batch, T or 1, d_model]
         return self.W_O(z.reshape(B, z.shape[1], self.n_heads * self.d_head))
 
@@ -410,10 +428,11 @@ class Transformer(nn.Module):
     ) -> Tensor:
         """The two flags are training's fast path: the same function, equal up to float
         rounding. ``tables`` (needs ``positional="none"``): a position's input to the
-        first layer depends on its token alone, so its Q/K/V (and pre-norm LN) are
-        computed once per vocabulary row and gathered, instead of once per position. The
-        first block's hooks then see [v, d_model] tables, so :func:`run_with_cache`
-        always runs the plain path. ``broadcast``: see ``_matmul`` in this module.
+        first layer depends on its token alone, so its Q/K/V, V through W_O (and
+        pre-norm LN) are computed once per vocabulary row and gathered, instead of once
+        per position. The first block's hooks then see [v, d_model] tables and its
+        hook_z is not called, so :func:`run_with_cache` always runs the plain path.
+        ``broadcast``: see ``_matmul`` in this module.
         """
         if tokens.dim() != 2 or tokens.dtype != torch.long:
             raise ValueError(

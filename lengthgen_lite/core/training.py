@@ -24,14 +24,16 @@ says which parts apply):
   tokens), and the rest is one vectorised call per chunk (tasks that are a
   :class:`~lengthgen_lite.core.tasks.NoiseSampler` with one training size), so every
   seed sees the same data;
-- computes the first layer's Q/K/V from v-row token tables
+- computes the first layer's Q/K/V, and V through W_O, from v-row token tables
   (``Transformer.forward(tables=True)``: no positions, so a position's input depends on
   its token alone);
 - compiles the step (``torch.compile``, inductor) where it pays back: at least
   ``COMPILE_SEED_STEPS`` seed-steps (``benchmarks/speed.py --fast-path`` measures the
   break-even), fixed shapes (one training size) and no dropout (compiled dropout draws
   other masks), with the attention's tiny products as broadcast sums
-  (``forward(broadcast=True)``) that it fuses. Its cache goes to ``_build/inductor``
+  (``forward(broadcast=True)``) that it fuses. The whole step, AdamW and the learning
+  rate schedule included, is one graph (:func:`_compiled_step`), which the next
+  training of the same shapes reuses. Its cache goes to ``_build/inductor``
   (``TORCHINDUCTOR_CACHE_DIR``), so re-executions compile once.
 
 Both paths give the same losses up to float rounding (``tests/test_core_training.py``).
@@ -278,6 +280,147 @@ def _chunked_batches(
         )
 
 
+def _adamw_rows(cfg: TrainConfig, beta1: float, beta2: float) -> Tensor:
+    """[steps, 4] float32: step t's (1 - lr_t * weight_decay, -lr_t / (1 - beta1^s),
+    sqrt(1 - beta2^s), 0) with s = t + 1, each in double as ``torch.optim.AdamW``
+    (single-tensor, float lr) and ``LambdaLR`` compute them on the reference path.
+
+    Rows of four floats are 16-byte aligned, so each step's row is passed to the
+    compiled step as a view without a copy.
+    """
+    rows = []
+    for t in range(cfg.steps):
+        lr, s = cfg.lr * cfg.lr_factor(t), t + 1
+        rows.append(
+            (1 - lr * cfg.weight_decay, -lr / (1 - beta1**s), (1 - beta2**s) ** 0.5, 0)
+        )
+    return torch.tensor(rows, dtype=torch.float64).float()
+
+
+Gradients = Callable[
+    [StackedParams, StackedParams, Batch], tuple[StackedParams, tuple[Tensor, Tensor]]
+]
+
+
+def _gradients(base: nn.Module, forward_kwargs: Mapping[str, bool]) -> Gradients:
+    """(params, buffers, batch) -> (per-seed gradients, (summed loss, [K] losses)).
+
+    ``base`` is a model on the meta device: only its structure is used. Gradients by
+    torch.func rather than .backward(): the same numbers eagerly (bit for bit), and
+    torch.compile traces forward and backward as one graph (it stops at a .backward()
+    call).
+    """
+
+    def loss_one(
+        p: StackedParams,
+        b: StackedParams,
+        inputs: Tensor,
+        targets: Tensor,
+        mask: Tensor,
+    ) -> Tensor:
+        return training_loss(
+            functional_call(base, (p, b), (inputs,), dict(forward_kwargs)),
+            targets,
+            mask,
+        )
+
+    batched_loss = vmap(loss_one, randomness="different")
+
+    def summed_loss(
+        p: StackedParams, b: StackedParams, data: Batch
+    ) -> tuple[Tensor, Tensor]:
+        # [K]
+        loss = batched_loss(p, b, data.inputs, data.targets, data.loss_mask.float())
+        return loss.sum(), loss.detach()
+
+    return grad_and_value(summed_loss, has_aux=True)
+
+
+# the compiled step of the last compiled training, by what its graph depends on
+_COMPILED: dict[tuple, Callable[..., Tensor]] = {}
+
+
+def _compiled_step(
+    template: nn.Module,
+    model_cfg: ModelConfig,
+    size: int,
+    forward_kwargs: Mapping[str, bool],
+    params: StackedParams,
+    buffers: StackedParams,
+    optimizer: torch.optim.AdamW,
+    cfg: TrainConfig,
+) -> Callable[[Batch, int], Tensor]:
+    """The whole training step as one compiled graph: forward, backward and AdamW.
+
+    ``torch.optim.AdamW.step`` under ``LambdaLR`` breaks the graph (dynamo skips it),
+    and the optimizer then ran as several small graphs and eager code per step, about
+    half a step's time. Here AdamW is the reference's single-tensor update written out,
+    its hyperparameters read from ``optimizer`` (which is not stepped), and the learning
+    rate schedule and bias corrections are a precomputed per-step row
+    (``_adamw_rows``), so no Python number changes between steps. Every tensor is an
+    argument, so the next training with the same model, seeds count and optimizer
+    (any lr, schedule, weight decay > 0 or steps) reuses the compiled graph instead of
+    tracing it again. Updates params in place; returns the [K] losses.
+    """
+    groups = optimizer.param_groups
+    (beta1, beta2), eps = groups[0]["betas"], groups[0]["eps"]
+    if any(
+        (g["betas"], g["eps"], g["lr"], g["amsgrad"], g["maximize"])
+        != ((beta1, beta2), eps, cfg.lr, False, False)
+        for g in groups
+    ) or {g["weight_decay"] for g in groups} - {0.0, cfg.weight_decay}:
+        raise ValueError(f"the compiled step has no AdamW for groups {groups!r}")
+    decayed = {id(p) for g in groups if g["weight_decay"] > 0 for p in g["params"]}
+    decays = tuple(id(p) in decayed for p in params.values())
+    K = next(iter(params.values())).shape[0]
+    key = (model_cfg, type(template), tuple(forward_kwargs.items()), K, decays)
+    key += (cfg.batch, size, beta1, beta2, eps)
+    if key not in _COMPILED:
+        base = copy.deepcopy(template).to("meta").train()
+        gradients = _gradients(base, forward_kwargs)
+
+        def step(
+            params: StackedParams,
+            buffers: StackedParams,
+            exp_avg: StackedParams,
+            exp_avg_sq: StackedParams,
+            data: Batch,
+            row: Tensor,
+        ) -> Tensor:
+            grads, (_, loss) = gradients(params, buffers, data)
+            decay, step_size, bias_correction2_sqrt = row[0], row[1], row[2]
+            for (name, p), decays_p in zip(params.items(), decays):
+                g, m, v = grads[name], exp_avg[name], exp_avg_sq[name]
+                if decays_p:
+                    p.mul_(decay)
+                m.lerp_(g, 1 - beta1)
+                v.mul_(beta2).addcmul_(g, g, value=1 - beta2)
+                # the reference's addcdiv_: p + value * m / denom
+                p.add_(step_size * m / ((v.sqrt() / bias_correction2_sqrt) + eps))
+            return loss
+
+        os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(INDUCTOR_CACHE))
+        # One graph kept at a time: dynamo allows 8 compilations per function and would
+        # silently run further ones eagerly.
+        _COMPILED.clear()
+        torch._dynamo.reset()
+        # realize_reads_threshold=1: with the whole step in one graph, inductor's
+        # default (4) inlined the attention backward into the token tables' scatter
+        # and recomputed it per table row (ch. 7's models ran 3x slower than with the
+        # optimizer apart, benchmarks/fast_path.py); 1 computes each buffer once.
+        _COMPILED[key] = torch.compile(
+            step,
+            dynamic=False,
+            fullgraph=True,
+            options={"realize_reads_threshold": 1},
+        )
+    compiled = _COMPILED[key]
+    exp_avg = {name: torch.zeros_like(p) for name, p in params.items()}
+    exp_avg_sq = {name: torch.zeros_like(p) for name, p in params.items()}
+    rows = _adamw_rows(cfg, beta1, beta2).unbind(0)
+    return lambda data, t: compiled(params, buffers, exp_avg, exp_avg_sq, data, rows[t])
+
+
 @dataclass(frozen=True)
 class PathPlan:
     """Which parts of the fast path a training uses; every part off is the reference
@@ -376,60 +519,39 @@ def train(
     plan = plan_path(model_cfg, task, cfg, len(seeds), model_class)
 
     params, buffers = stack_module_state(models)  # name -> [K, *shape]
+    if plan.compiled:
+        # updated in place inside the compiled step, which takes gradients by torch.func
+        for p in params.values():
+            p.requires_grad_(False)
     template = copy.deepcopy(models[0])
-    base = copy.deepcopy(models[0]).to("meta").train()
     forward_kwargs = (
         {"tables": plan.token_tables, "broadcast": plan.compiled}
         if plan.fast_model
         else {}
     )
-
-    def loss_one(
-        p: StackedParams,
-        b: StackedParams,
-        inputs: Tensor,
-        targets: Tensor,
-        mask: Tensor,
-    ) -> Tensor:
-        return training_loss(
-            functional_call(base, (p, b), (inputs,), forward_kwargs), targets, mask
-        )
-
-    batched_loss = vmap(loss_one, randomness="different")
-    # A tensor lr: the compiled step reads it, so the schedule changes it without a
-    # recompile.
-    lr = torch.tensor(cfg.lr) if plan.compiled else cfg.lr
     optimizer = torch.optim.AdamW(
-        _param_groups(template, params, cfg.weight_decay), lr=lr
+        _param_groups(template, params, cfg.weight_decay), lr=cfg.lr
     )
-    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, cfg.lr_factor)
     watchers = {name: make(params) for name, make in (averagers or {}).items()}
-    losses = np.zeros((cfg.steps, len(seeds)), dtype=np.float32)
-
-    def summed_loss(p: StackedParams, data: Batch) -> tuple[Tensor, Tensor]:
-        # [K]
-        loss = batched_loss(
-            p, buffers, data.inputs, data.targets, data.loss_mask.float()
-        )
-        return loss.sum(), loss.detach()
-
-    def step_fn(data: Batch) -> Tensor:
-        # Gradients by torch.func rather than .backward(): the same numbers eagerly (bit
-        # for bit), and torch.compile traces forward and backward as one graph (it stops
-        # at a .backward() call).
-        grads, (_, loss) = grad_and_value(summed_loss, has_aux=True)(params, data)
-        for name, p in params.items():
-            p.grad = grads[name]
-        optimizer.step()
-        return loss
-
     if plan.compiled:
-        os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(INDUCTOR_CACHE))
-        # Every training compiles its own step (its own parameters); without a reset,
-        # dynamo's limit of 8 compilations per function would silently run the ninth
-        # training eagerly.
-        torch._dynamo.reset()
-        step_fn = torch.compile(step_fn, dynamic=False)
+        (size,) = task.train_sizes()
+        step_fn = _compiled_step(
+            template, model_cfg, size, forward_kwargs, params, buffers, optimizer, cfg
+        )
+    else:
+        gradients = _gradients(
+            copy.deepcopy(models[0]).to("meta").train(), forward_kwargs
+        )
+        scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, cfg.lr_factor)
+
+        def step_fn(data: Batch, step: int) -> Tensor:
+            grads, (_, loss) = gradients(params, buffers, data)
+            for name, p in params.items():
+                p.grad = grads[name]
+            optimizer.step()
+            scheduler.step()
+            return loss
+
     batches = (
         _chunked_batches(task, cfg, data_streams)
         if plan.chunked_data
@@ -455,9 +577,10 @@ def train(
         }
 
     snapshots: dict[int, dict[str, list[nn.Module]]] = {}
+    # each step's [K] losses stay tensors until the end: no copy out per step
+    losses: list[Tensor] = []
     for step, data in zip(bar, batches):
-        losses[step] = step_fn(data).numpy()
-        scheduler.step()
+        losses.append(step_fn(data, step))
         with torch.no_grad():
             for watcher in watchers.values():
                 watcher.update(params, step + 1)
@@ -467,4 +590,4 @@ def train(
 
     final = weights()
     raw = final.pop("raw")
-    return TrainResult(raw, final, losses, seeds, snapshots)
+    return TrainResult(raw, final, torch.stack(losses).numpy(), seeds, snapshots)
