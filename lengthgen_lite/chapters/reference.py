@@ -3,15 +3,18 @@ asserts on its live run, decided again on the converged sweep in ``results/refer
 (:mod:`lengthgen_lite.runs.store`), cell by cell of its sensitivity grid, with 95%
 bootstrap intervals over ten seeds.
 
-Each function takes the stored :class:`~lengthgen_lite.runs.Results` of one chapter
-spec at the reference scale and returns a
+Each function takes the stored :class:`~lengthgen_lite.runs.results.Results` of one
+chapter spec at the reference scale and returns a
 :class:`~lengthgen_lite.runs.compare.ReferenceClaim` keyed like the live row.
 """
 
 from __future__ import annotations
 
+import itertools
+
 from ..runs import Results
 from ..runs.compare import (
+    Effect,
     ReferenceClaim,
     level_effects,
     paired_effects,
@@ -99,11 +102,34 @@ def postnorm(placements: Results) -> ReferenceClaim:
     )
 
 
+DROPOUT_RATES = (0.0, 0.1, 0.3)
+
+
+def dropout(sweep: Results) -> ReferenceClaim:
+    """The first paper version's remedy: dropout (on the attention pattern, the
+    residual, or both, at 0.1 or 0.3) lowers the no-norm model's TV beyond the training
+    lengths; each setting against none, in every cell (target kind x init)."""
+    control = {"attn_dropout": 0.0, "resid_dropout": 0.0}
+    effects: list[Effect] = []
+    for attn, resid in itertools.product(DROPOUT_RATES, DROPOUT_RATES):
+        if attn == resid == 0.0:
+            continue
+        treated = {"attn_dropout": attn, "resid_dropout": resid}
+        for effect in paired_effects(sweep, "tv_beyond", treated, control):
+            cell = effect.cell | treated
+            effects.append(Effect(cell, effect.step, effect.interval, effect.converged))
+    return reference_claim(
+        "ch5-score-dropout", effects, "TV beyond L, no dropout minus dropout"
+    )
+
+
 __all__ = [
+    "DROPOUT_RATES",
     "PENDING",
     "budget_numbers",
     "SPECS",
     "configs_where",
+    "dropout",
     "fails",
     "load",
     "loss_examples",

@@ -54,8 +54,9 @@ def paired_effects(
     **where: Any,
 ) -> list[Effect]:
     """``sign * (metric[control] - metric[treated])`` per cell and checkpoint step, over
-    the seeds both share. ``metric`` is a :meth:`Results.values` column
-    ("tv_beyond"); ``where`` pins more fields (``variant="ema"``)."""
+    the seeds both share. ``metric`` is a column of
+    :meth:`~lengthgen_lite.runs.results.Results.values` ("tv_beyond"); ``where`` pins
+    more fields (``variant="ema"``)."""
     if sign not in (1, -1):
         raise ValueError(f"sign={sign!r} is invalid; allowed: 1 or -1")
     if unknown := set(treated) ^ set(control):

@@ -166,8 +166,9 @@ class Store:
         return data
 
     def load(self, spec: Spec, partial: bool = False) -> Results:
-        """Every stored configuration of ``spec`` (a reference-scale spec) as one
-        :class:`Results`; ``partial=False`` insists that none is missing."""
+        """Every stored configuration of ``spec`` as one
+        :class:`~lengthgen_lite.runs.results.Results` (at the reference scale);
+        ``partial=False`` insists that none is missing."""
         spec = spec.at_scale("reference")
         if (missing := self.missing(spec)) and not partial:
             raise ValueError(
