@@ -27,7 +27,7 @@ def plot_effects(claim: ReferenceClaim, ylabel: str, ax: Axes | None = None) -> 
     effects = claim.effects
     cells = list(dict.fromkeys(cell_label(e.cell) for e in effects))
     steps = sorted({e.step for e in effects})
-    ax = ensure_axes(ax, figsize=(7.5, 1.2 + 0.32 * len(cells) * len(steps) ** 0.5))
+    ax = ensure_axes(ax, figsize=(7.5, 1.4 + 0.3 * len(cells)))
     offsets = np.linspace(-0.25, 0.25, len(steps)) if len(steps) > 1 else [0.0]
     for colour, step, offset in zip(PALETTE, steps, offsets):
         rows = [e for e in effects if e.step == step]
