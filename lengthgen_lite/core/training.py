@@ -32,7 +32,7 @@ says which parts apply):
   break-even), fixed shapes (one training size) and no dropout (compiled dropout draws
   other masks), with the attention's tiny products as broadcast sums
   (``forward(broadcast=True)``) that it fuses. The whole step, AdamW and the learning
-  rate schedule included, is one graph (:func:`_compiled_step`), which the next
+  rate schedule included, is one graph (``_compiled_step``), which the next
   training of the same shapes reuses. Its cache goes to ``_build/inductor``
   (``TORCHINDUCTOR_CACHE_DIR``), so re-executions compile once.
 
