@@ -295,6 +295,21 @@ def assert_same_training(a, b, v):
                 torch.testing.assert_close(p, q, rtol=1e-4, atol=1e-5, msg=key)
 
 
+def train_paths(model_cfg, cfg, paths, **kwargs):
+    """The same training (TASK, SEEDS) on each of ``paths``: path -> TrainResult."""
+    return {
+        path: train(
+            model_cfg,
+            TASK,
+            replace(cfg, path=path),
+            seeds=SEEDS,
+            progress=False,
+            **kwargs,
+        )
+        for path in paths
+    }
+
+
 @pytest.mark.parametrize(
     "model_kwargs, targets",
     [
@@ -313,17 +328,9 @@ def test_fast_path_trains_what_the_reference_path_trains(model_kwargs, targets):
     model_cfg = ModelConfig(vocab_size=8, d_model=16, **model_kwargs)
     # a partial last chunk
     cfg = TrainConfig(steps=CHUNK + 7, warmup=5, batch=32, lr=1e-2, targets=targets)
-    runs = {
-        path: train(
-            model_cfg,
-            TASK,
-            replace(cfg, path=path),
-            seeds=SEEDS,
-            averagers={"ema": make_ema(0.9)},
-            progress=False,
-        )
-        for path in ("reference", "fast")
-    }
+    runs = train_paths(
+        model_cfg, cfg, ("reference", "fast"), averagers={"ema": make_ema(0.9)}
+    )
     assert_same_training(runs["reference"], runs["fast"], TASK.v)
     again = train(
         model_cfg,
@@ -362,12 +369,7 @@ def test_compiled_path_trains_what_the_reference_path_trains(weight_decay):
     second = replace(first, lr=3e-3, steps=20, warmup=0, schedule="constant")
     for cfg in (first, second):
         graphs = torch._dynamo.utils.counters["stats"]["unique_graphs"]
-        runs = {
-            path: train(
-                model_cfg, TASK, replace(cfg, path=path), seeds=SEEDS, progress=False
-            )
-            for path in ("reference", "compiled")
-        }
+        runs = train_paths(model_cfg, cfg, ("reference", "compiled"))
         assert_same_training(runs["reference"], runs["compiled"], TASK.v)
     assert torch._dynamo.utils.counters["stats"]["unique_graphs"] == graphs
 
@@ -527,17 +529,9 @@ def test_fast_path_trains_what_the_reference_path_trains_with_attn_biases(init):
     )
     cfg = TrainConfig(steps=CHUNK + 7, warmup=5, batch=32, lr=1e-2)
     assert plan_path(model_cfg, TASK, replace(cfg, path="fast"), 3).token_tables
-    runs = {
-        path: train(
-            model_cfg,
-            TASK,
-            replace(cfg, path=path),
-            seeds=SEEDS,
-            averagers={"ema": make_ema(0.9)},
-            progress=False,
-        )
-        for path in ("reference", "fast")
-    }
+    runs = train_paths(
+        model_cfg, cfg, ("reference", "fast"), averagers={"ema": make_ema(0.9)}
+    )
     assert_same_training(runs["reference"], runs["fast"], TASK.v)
 
 
