@@ -97,6 +97,20 @@ def parse_seeds(text: str) -> list[int]:
     return list(range(count))
 
 
+def parse_indices(text: str) -> list[int]:
+    """``"36-47,24"``: configurations 36..47, then 24, in that order."""
+    indices: list[int] = []
+    try:
+        for part in text.split(","):
+            first, _, last = part.partition("-")
+            indices.extend(range(int(first), int(last or first) + 1))
+    except ValueError:
+        raise ValueError(
+            f"--configs={text!r} is invalid; allowed: indices and ranges like 36-47,24"
+        ) from None
+    return indices
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="lengthgen-lite", description="Rerun the book's experiments by name."
@@ -154,6 +168,12 @@ def build_parser() -> argparse.ArgumentParser:
         "--store",
         default=str(STORE),
         help="with --scale reference: the store folder (default: results/reference)",
+    )
+    go.add_argument(
+        "--configs",
+        help="with --scale reference: only these configurations, in this order "
+        "(indices and ranges, e.g. 36-47,24), to split a sweep or run its most "
+        "telling part first",
     )
     go.add_argument(
         "--out", default="results.json", help="results file (default: results.json)"
@@ -219,6 +239,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.backend == "ray":
             # (only to fail now, with a clear message, if it is missing)
             import ray  # noqa: F401
+        only = None if args.configs is None else parse_indices(args.configs)
+        if only is not None and args.scale != "reference":
+            raise ValueError(
+                "--configs is invalid with --scale live; allowed: with --scale "
+                "reference (a live run is one results file of every configuration)"
+            )
+        if only is not None:
+            Store(args.store).todo(spec, only)  # (only to fail now on a bad index)
         out = pathlib.Path(args.out)
         if out.is_dir():
             raise ValueError(
@@ -236,9 +264,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     command = " ".join(["lengthgen-lite", *(sys.argv[1:] if argv is None else argv)])
     if args.scale == "reference":
         store = Store(args.store)
-        todo = store.missing(spec)
+        todo = store.todo(spec, only)
         n = len(spec.configurations())
-        print(f"{spec.name}: {n - len(todo)} of {n} stored, {len(todo)} to run")
+        print(
+            f"{spec.name}: {n - len(store.missing(spec))} of {n} stored, "
+            f"{len(todo)} to run"
+        )
         sweep(
             spec,
             store,
@@ -248,6 +279,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             ray_num_cpus=args.ray_cpus,
             command=command,
             on_saved=lambda path: print(f"saved {path}", flush=True),
+            only=only,
         )
         return 0
     results = run(

@@ -7,7 +7,7 @@ import tomllib
 import pytest
 
 from lengthgen_lite import cli
-from lengthgen_lite.cli import discover, main, parse_seeds, resolve
+from lengthgen_lite.cli import discover, main, parse_indices, parse_seeds, resolve
 from lengthgen_lite.runs import Results
 from tiny_experiment import tiny_spec
 
@@ -25,6 +25,10 @@ def tiny(monkeypatch):
 
 def test_parse_seeds():
     assert parse_seeds("3") == [0, 1, 2] and parse_seeds("4,9") == [4, 9]
+
+
+def test_parse_indices_keeps_the_order():
+    assert parse_indices("5-7,2") == [5, 6, 7, 2] and parse_indices("3") == [3]
 
 
 def test_every_chapter_with_experiments_is_discovered():
@@ -101,6 +105,9 @@ BAD_ARGS = [
     (["--backend", "dask"], ["--backend", "invalid choice: 'dask'"]),
     (["--seeds-per-task", "2"], ["seeds_per_task=2", "backend='local'"]),
     (["--backend", "ray", "--ray-cpus", "0"], ["ray_num_cpus must be an integer >= 1"]),
+    (["--configs", "0"], ["--configs is invalid with --scale live"]),
+    (["--scale", "reference", "--configs", "1-x"], ["--configs='1-x' is invalid"]),
+    (["--scale", "reference", "--configs", "1,9"], ["configurations [9] do not exist"]),
 ]
 
 

@@ -105,3 +105,16 @@ def test_a_later_config_field_at_its_default_keeps_the_stored_file_names():
     assert store.config_key(dropout, 1) == "893bc70dc8cd"
     biased = baseline.with_overrides(base={**baseline.base, "attn_bias": True})
     assert store.config_key(biased, 0) != store.config_key(baseline, 0)
+
+
+def test_a_sweep_of_only_some_configurations_runs_those_in_order(tmp_path):
+    spec = tiny_spec(reference=REFERENCE)
+    saved = []
+    partial = sweep(
+        spec, Store(tmp_path), progress=False, only=[1], on_saved=saved.append
+    )
+    assert partial is None and len(saved) == 1
+    assert Store(tmp_path).missing(spec) == [0]
+    with pytest.raises(ValueError, match=r"configurations \[2\] do not exist; allowed"):
+        sweep(spec, Store(tmp_path), progress=False, only=[0, 2])
+    assert sweep(spec, Store(tmp_path), progress=False, only=[0, 1]) is not None

@@ -25,12 +25,12 @@ import json
 import math
 import pathlib
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
 
-from ..core.validation import require_choice
+from ..core.validation import is_int, require_choice
 from .results import PROVENANCE_KEYS, ROW_KEYS, Results, provenance
 from .runner import check_run_options, ray_units, run_configuration, sort_rows
 from .spec import Spec
@@ -106,6 +106,21 @@ class Store:
         """The configurations of ``spec`` (at the reference scale) with no file yet."""
         spec = spec.at_scale("reference")
         return [i for i in range(len(spec.configurations())) if not self.has(spec, i)]
+
+    def todo(self, spec: Spec, only: Sequence[int] | None = None) -> list[int]:
+        """What a sweep of ``spec`` trains: the missing configurations, or those of
+        ``only`` (indices, in their order) that are missing."""
+        missing = self.missing(spec)
+        if only is None:
+            return missing
+        n = len(spec.configurations())
+        bad = [i for i in only if not (is_int(i) and 0 <= i < n)]
+        if bad:
+            raise ValueError(
+                f"configurations {bad} do not exist; allowed: indices 0..{n - 1} "
+                f"of {spec.name}'s reference configurations"
+            )
+        return [i for i in dict.fromkeys(only) if i in missing]
 
     def stale(self, spec: Spec) -> list[pathlib.Path]:
         """Files in ``spec``'s folder that no configuration of it reads any more (left
@@ -199,14 +214,19 @@ def sweep(
     ray_num_cpus: int | None = None,
     command: str | None = None,
     on_saved: Callable[[pathlib.Path], None] | None = None,
-) -> Results:
+    only: Sequence[int] | None = None,
+) -> Results | None:
     """Train every configuration of ``spec`` at the reference scale that the store
-    lacks, saving each as it lands (Ray: one task per configuration); load them all."""
+    lacks, saving each as it lands (Ray: one task per configuration); load them all.
+
+    ``only``: just these configuration indices, in this order (a long sweep split
+    between machines, or its most telling configurations first); then nothing is
+    loaded unless the store is complete, and ``None`` is returned."""
     store = Store() if store is None else store
     spec = spec.at_scale("reference")
     check_run_options(backend, None, ray_address, ray_num_cpus)
     require_choice("backend", backend, ("local", "ray"))
-    todo = store.missing(spec)
+    todo = store.todo(spec, only)
 
     def save(index: int, rows: list, loss: np.ndarray, wall: float) -> None:
         path = store.save(spec, index, rows, loss, provenance(wall, command))
@@ -228,6 +248,8 @@ def sweep(
             ray_num_cpus,
             on_done=lambda n, out: save(todo[n], *out),
         )
+    if only is not None and store.missing(spec):
+        return None
     return store.load(spec)
 
 
