@@ -71,8 +71,10 @@ Schedule = Literal["constant", "cosine"]
 TrainPath = Literal["auto", "fast", "compiled", "reference"]
 BAR_FORMAT = "{l_bar}{bar}| {n_fmt}/{total_fmt}"
 CHUNK = 50  # steps whose batches the fast path draws at once
-# auto compiles from this many seed-steps (steps x K); see the module docstring
-COMPILE_SEED_STEPS = 20_000
+# auto compiles from this many seed-steps (steps x K): the smallest break-even that
+# `benchmarks/speed.py --fast-path` measured with a cold compile (a second training of
+# the same shapes reuses the compiled step, so in a chapter it pays back sooner)
+COMPILE_SEED_STEPS = 3_000
 INDUCTOR_CACHE = pathlib.Path(__file__).resolve().parents[2] / "_build" / "inductor"
 
 
@@ -87,12 +89,12 @@ class TrainConfig:
     # "soft": the full p*; "sampled": one legal token drawn from p*
     targets: TargetKind = "soft"
     size_seed: int = 0  # draws each step's input size, shared by all seeds
-    # "reference": the plain eager loop; "fast": chunked data and token tables where
-    # they apply; "compiled": fast plus torch.compile; "auto": fast, compiled above
-    # COMPILE_SEED_STEPS seed-steps. The default stays "reference" until the chapters
-    # are re-executed on "auto" (their stored outputs come from the reference path; the
-    # fast path moves low bits, see the speed page).
-    path: TrainPath = "reference"
+    # "auto" (what the book's outputs use): the fast path, compiled from
+    # COMPILE_SEED_STEPS seed-steps; "fast": chunked data and token tables where they
+    # apply; "compiled": fast plus torch.compile wherever it can; "reference": the plain
+    # eager loop, the yardstick the others are tested against (same numbers up to
+    # float rounding).
+    path: TrainPath = "auto"
 
     def __post_init__(self) -> None:
         for name in ("steps", "batch"):

@@ -151,7 +151,7 @@ class Config:
     schedule: str = "constant"
     weight_decay: float = 0.0
     # how train() runs (core.training.TrainPath): the same numbers up to float rounding
-    train_path: str = "reference"
+    train_path: str = "auto"
 
     def __post_init__(self) -> None:
         require_choice("task", self.task, TASKS)
