@@ -132,9 +132,6 @@ def test_seeds_must_be_distinct():
         train(MODEL, TASK, SHORT, seeds=[1, 1], progress=False)
 
 
-TASK = SetComplement(v=8, train_length=3)
-
-
 SEEDS = [0, 1, 2]
 
 
@@ -486,10 +483,12 @@ def test_plan_path_falls_back_where_a_part_cannot_apply(
 
 
 def test_auto_compiles_only_long_trainings():
+    # the threshold counts positions trained: steps x seeds x batch x length
     long = TrainConfig(steps=10_000, warmup=0, path="auto")
     assert (
         plan_path(MODEL, TASK, long, 5).compiled
         and not plan_path(MODEL, TASK, replace(long, steps=100), 5).compiled
+        and not plan_path(MODEL, TASK, replace(long, batch=2), 5).compiled
     )
 
 

@@ -28,9 +28,9 @@ says which parts apply):
   (``Transformer.forward(tables=True)``: no positions, so a position's input depends on
   its token alone);
 - compiles the step (``torch.compile``, inductor) where it pays back: at least
-  ``COMPILE_SEED_STEPS`` seed-steps (``benchmarks/speed.py --fast-path`` measures the
-  break-even), fixed shapes (one training size) and no dropout (compiled dropout draws
-  other masks), with the attention's tiny products as broadcast sums
+  ``COMPILE_TOKEN_STEPS`` positions trained (``benchmarks/speed.py --fast-path``
+  measures the break-even), fixed shapes (one training size) and no dropout (compiled
+  dropout draws other masks), with the attention's tiny products as broadcast sums
   (``forward(broadcast=True)``) that it fuses. The whole step, AdamW and the learning
   rate schedule included, is one graph (``_compiled_step``), which the next
   training of the same shapes reuses. Its cache goes to ``_build/inductor``
@@ -71,10 +71,11 @@ Schedule = Literal["constant", "cosine"]
 TrainPath = Literal["auto", "fast", "compiled", "reference"]
 BAR_FORMAT = "{l_bar}{bar}| {n_fmt}/{total_fmt}"
 CHUNK = 50  # steps whose batches the fast path draws at once
-# auto compiles from this many seed-steps (steps x K): the smallest break-even that
-# `benchmarks/speed.py --fast-path` measured with a cold compile (a second training of
-# the same shapes reuses the compiled step, so in a chapter it pays back sooner)
-COMPILE_SEED_STEPS = 3_000
+# auto compiles a training of at least this many token-steps (steps x K x batch x
+# sequence length): compiling costs seconds whatever the size, and saves time per
+# position trained. `benchmarks/speed.py --fast-path` measures the break-even (1.5-3.1
+# million); a chapter's second training of the same shapes reuses the compiled step.
+COMPILE_TOKEN_STEPS = 2_000_000
 INDUCTOR_CACHE = pathlib.Path(__file__).resolve().parents[2] / "_build" / "inductor"
 
 
@@ -90,10 +91,10 @@ class TrainConfig:
     targets: TargetKind = "soft"
     size_seed: int = 0  # draws each step's input size, shared by all seeds
     # "auto" (what the book's outputs use): the fast path, compiled from
-    # COMPILE_SEED_STEPS seed-steps; "fast": chunked data and token tables where they
-    # apply; "compiled": fast plus torch.compile wherever it can; "reference": the plain
-    # eager loop, the yardstick the others are tested against (same numbers up to
-    # float rounding).
+    # COMPILE_TOKEN_STEPS positions trained; "fast": chunked data and token tables
+    # where they apply; "compiled": fast plus torch.compile wherever it can;
+    # "reference": the plain eager loop, the yardstick the others are tested against
+    # (same numbers up to float rounding).
     path: TrainPath = "auto"
 
     def __post_init__(self) -> None:
@@ -473,8 +474,9 @@ def plan_path(
             f"attn_dropout={model_cfg.attn_dropout}, "
             f"resid_dropout={model_cfg.resid_dropout}; use path='fast' or 'auto'"
         )
+    positions = cfg.batch * max(task.train_sizes())
     pays = cfg.path == "compiled" or (
-        cfg.path == "auto" and cfg.steps * n_seeds >= COMPILE_SEED_STEPS
+        cfg.path == "auto" and cfg.steps * n_seeds * positions >= COMPILE_TOKEN_STEPS
     )
     return PathPlan(chunked, fast_model, tables, pays and fixed_shapes and not dropout)
 
