@@ -4,6 +4,7 @@ import pytest
 from lengthgen_lite.runs import Results
 from lengthgen_lite.runs.compare import (
     budget_note,
+    level_effects,
     paired_effects,
     reference_verdict,
 )
@@ -106,3 +107,37 @@ def test_bad_comparisons_are_clear_errors():
         paired_effects(
             results, "tv_beyond", {"norm": "attn_out"}, {"norm": "none"}, sign=2
         )
+
+
+def test_a_partial_sweep_compares_only_the_cells_with_both_sides_stored():
+    results = fabricated(0.1, 0.1)
+    # the torch init's attn_out configuration is not stored yet
+    torch_attn_out = [
+        i
+        for i, c in enumerate(results.configs)
+        if c.init == "torch" and c.norm == "attn_out"
+    ]
+    rows = [r for r in results.rows if r["config"] not in torch_attn_out]
+    complete = Results(results.spec, rows)
+    with pytest.raises(ValueError, match="matches 0 configurations"):
+        paired_effects(complete, "tv_beyond", {"norm": "attn_out"}, {"norm": "none"})
+    partial = Results(results.spec, rows, {"missing": torch_attn_out})
+    effects = paired_effects(
+        partial, "tv_beyond", {"norm": "attn_out"}, {"norm": "none"}
+    )
+    assert {e.cell["init"] for e in effects} == {"book"}
+
+
+def test_a_level_of_a_derived_quantity():
+    results = fabricated(0.1, 0.1)
+
+    def spread_beyond(r, **where):  # TV at s = 5 minus TV at s = 1, per seed
+        tv = r.curves("tv", **where)
+        return tv[:, -1] - tv[:, 0]
+
+    derived = level_effects(results, spread_beyond, minus=0.5, norm="none")
+    direct = level_effects(results, "tv_longest", minus=0.5, norm="none")
+    assert [e.cell for e in derived] == [e.cell for e in direct]
+    assert [e.interval.mean for e in derived] == pytest.approx(
+        [e.interval.mean for e in direct]
+    )

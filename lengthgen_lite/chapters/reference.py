@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import itertools
 
+import numpy as np
+
 from ..runs import Results
 from ..runs.compare import (
     Effect,
@@ -23,6 +25,7 @@ from ..runs.compare import (
 from ..runs.spec import Config
 from ..runs.store import Store
 from . import ch1_set_complement as ch1
+from . import ch4_vanishing_variance as ch4
 from . import ch5_post_norm as ch5
 
 # the live specs whose reference sweeps this page reads, in the book's order
@@ -41,12 +44,23 @@ PENDING = {
 }
 
 
+# sweeps still running: the page shows the cells stored so far, and says how many
+IN_PROGRESS = {"ch4/retrieval": ch4.SPECS["ch4/retrieval"]}
+
+
 def load(name: str, store: Store | None = None) -> Results:
     """The stored reference sweep of ``SPECS[name]`` (every configuration, or a
-    ValueError saying which command makes the missing ones)."""
+    ValueError saying which command makes the missing ones), or the configurations
+    stored so far of a sweep in ``IN_PROGRESS`` (``provenance["missing"]`` lists the
+    rest)."""
+    store = Store() if store is None else store
+    if name in IN_PROGRESS:
+        return store.load(IN_PROGRESS[name], partial=True)
     if name not in SPECS:
-        raise ValueError(f"no reference sweep named {name!r}; allowed: {list(SPECS)}")
-    return (Store() if store is None else store).load(SPECS[name])
+        raise ValueError(
+            f"no reference sweep named {name!r}; allowed: {[*SPECS, *IN_PROGRESS]}"
+        )
+    return store.load(SPECS[name])
 
 
 def configs_where(results: Results, **where: object) -> list[int]:
@@ -142,7 +156,63 @@ def dropout_numbers(sweep: Results) -> dict[str, float]:
     return out
 
 
+# chapter 4's variants as the sweep's fields (control and treated set the same ones)
+NO_NORM = {"norm": "none", "norm_kind": "layernorm"}
+LAYERNORM = {"norm": "attn_out", "norm_kind": "layernorm"}
+RETRIEVAL_KEYS = {"dictionary_lookup": "dict", "argmax_retrieval": "argmax"}
+
+
+def layernorm_gain(sweep: Results, task: str) -> ReferenceClaim:
+    """Chapter 4: LayerNorm after the attention output raises the accuracy at the
+    largest N against no norm, on the same seeds, in every stored cell (components x
+    init x learning rate). The reference asks for the direction; the live row also asks
+    that half the accuracy lost from N = 16 come back."""
+    if task not in RETRIEVAL_KEYS:
+        raise ValueError(f"task={task!r} is unknown; allowed: {tuple(RETRIEVAL_KEYS)}")
+    effects = paired_effects(
+        sweep, "accuracy_longest", LAYERNORM, NO_NORM, sign=-1, task=task
+    )
+    return reference_claim(
+        f"ch4-score-ln-{RETRIEVAL_KEYS[task]}",
+        effects,
+        f"accuracy at N = {max(sweep.lengths())}, LayerNorm minus no norm"
+        + partial_note(sweep),
+    )
+
+
+def _drift(results: Results, **where: object) -> np.ndarray:
+    mean, var = (results.curves(k, **where) for k in ("global_mean", "global_var"))
+    return ch4.mean_drift(mean, var)
+
+
+def mean_drift(sweep: Results) -> ReferenceClaim:
+    """Chapter 4's secondary claim: the attention output's global mean drifts with N,
+    by more than the live row's 0.1 of its spread, in every stored model without a norm
+    (task x W_V/W_O biases or none x item MLP x init x learning rate): with biases, the
+    mean is no longer zero by symmetry."""
+    effects = level_effects(sweep, _drift, minus=0.1, **NO_NORM)
+    return reference_claim(
+        "ch4-score-mean-drift",
+        effects,
+        "global mean's drift from N = 8 to the largest, in spreads, minus 0.1"
+        + partial_note(sweep),
+    )
+
+
+def partial_note(sweep: Results) -> str:
+    """ ", partial grid: 20 of 44 configurations stored" while a sweep runs."""
+    missing = sweep.provenance.get("missing") or []
+    if not missing:
+        return ""
+    total = len(sweep.configs)
+    return f" (partial grid: {total - len(missing)} of {total} configurations stored)"
+
+
 __all__ = [
+    "IN_PROGRESS",
+    "layernorm_gain",
+    "mean_drift",
+    "partial_note",
     "DROPOUT_RATES",
     "PENDING",
     "budget_numbers",

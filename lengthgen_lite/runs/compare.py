@@ -17,7 +17,7 @@ word changes with the budget.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -79,12 +79,16 @@ def paired_effects(
             for side in (control, treated):
                 rows = results.select(**cell, **side, **where, step=step)
                 configs = {r["config"] for r in rows}
+                if not configs and results.provenance.get("missing"):
+                    break  # a partial sweep: this side is not stored yet
                 if len(configs) != 1:
                     raise ValueError(
                         f"{cell | dict(side)} at step {step} matches {len(configs)} "
                         "configurations; pin the other fields with where"
                     )
                 sides.append(configs.pop())
+            if len(sides) < 2:
+                continue
             a, b = (results.values(metric, config=i, step=step, **where) for i in sides)
             interval = paired_bootstrap(sign * a, sign * b)
             ok = all(_converged(results, i, step) for i in sides)
@@ -93,11 +97,19 @@ def paired_effects(
 
 
 def level_effects(
-    results: Results, metric: str, minus: float = 0.0, **where: Any
+    results: Results,
+    metric: str | Callable[..., np.ndarray],
+    minus: float = 0.0,
+    **where: Any,
 ) -> list[Effect]:
     """``metric - minus`` per cell (every varying field not in ``where``) and
     checkpoint step, with its bootstrap interval over seeds: a claim about a level
-    ("TV at the longest length is above 0.5"), not a comparison."""
+    ("TV at the longest length is above 0.5"), not a comparison. ``metric`` is a column
+    of :meth:`~lengthgen_lite.runs.results.Results.values`, or a function
+    ``(results, **where) -> [seeds]`` for a quantity derived from several."""
+    value = (
+        (lambda r, **w: r.values(metric, **w)) if isinstance(metric, str) else metric
+    )
     axes = [k for k in results.spec.varying() if k not in where]
     effects = []
     for index, config in enumerate(results.configs):
@@ -105,7 +117,7 @@ def level_effects(
             continue
         cell = {k: getattr(config, k) for k in axes}
         for step in sorted({r["step"] for r in results.select(config=index)}):
-            values = results.values(metric, config=index, step=step, **where) - minus
+            values = value(results, config=index, step=step, **where) - minus
             ok = _converged(results, index, step)
             effects.append(Effect(cell, step, bootstrap(values), ok))
     return effects

@@ -183,7 +183,8 @@ class Store:
     def load(self, spec: Spec, partial: bool = False) -> Results:
         """Every stored configuration of ``spec`` as one
         :class:`~lengthgen_lite.runs.results.Results` (at the reference scale);
-        ``partial=False`` insists that none is missing."""
+        ``partial=False`` insists that none is missing; ``partial=True`` loads what is
+        stored and lists the rest in ``provenance["missing"]``."""
         spec = spec.at_scale("reference")
         if (missing := self.missing(spec)) and not partial:
             raise ValueError(
@@ -199,6 +200,7 @@ class Store:
         origin = {
             "parts": [data["provenance"] for data in files],
             "wall_seconds": sum(d["provenance"]["wall_seconds"] for d in files),
+            "missing": missing,  # configurations not stored yet (partial=True)
         }
         training = {data["config"]: data["training"] for data in files}
         return Results(spec, rows, origin, training=training)
