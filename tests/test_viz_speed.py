@@ -148,10 +148,13 @@ def test_batching_and_fast_path_numbers():
     row |= {
         "compile_cold_s": 20.4,
         "compile_warm_s": 3.6,
+        "compile_reused_s": 0.012,
         "break_even_seed_steps": 1249.0,
     }
-    row |= {"compiled_ms": 2.0, "limit_ms": 1.0}
+    row |= {"compiled_ms": 2.0, "limit_ms": 1.0, "batch": 128, "positions": 4}
     fast = speed.fast_path_numbers({"rows": [row], "load_before": [0.25, 1.0, 1.0]})
     assert fast["speed-compile-cold"] == 20 and fast["speed-break-even"] == 1200
     assert fast["speed-limit-x"] == 2.0 and fast["speed-fast-load"] == "0.2, 1.0, 1.0"
-    assert len(speed.FAST_PATH_COLUMNS) == 13
+    # 1249 seed-steps x 128 sequences x 4 positions
+    assert fast["speed-break-even-m"] == 0.6 and fast["speed-compile-reused"] == 0.01
+    assert len(speed.FAST_PATH_COLUMNS) == 14

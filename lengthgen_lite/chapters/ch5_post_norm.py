@@ -195,8 +195,6 @@ DROPOUT = (
     ("sampled", "attn_dropout", 0.1),
     ("sampled", "resid_dropout", 0.1),
 )
-# the deeper model and dropout: the first three seeds of the baseline's
-SMALL_SEEDS = (0, 1, 2)
 
 SPECS: dict[str, Spec] = {
     "ch5/placements": Spec(
@@ -214,14 +212,14 @@ SPECS: dict[str, Spec] = {
         description="post against pre_final with an MLP (d_mlp = 128), sampled targets",
         grid={"norm": ("post", "pre_final")},
         base={**BASELINE, "targets": "sampled", "d_mlp": 128},
-        seeds=SMALL_SEEDS,
+        seeds=SEEDS,
     ),
     "ch5/dropout": Spec(
         name="ch5/dropout",
         description="dropout on the model without a norm (the v1 remedy)",
         configs=[{"targets": targets, kind: p} for targets, kind, p in DROPOUT],
         base={**BASELINE, "norm": "none"},
-        seeds=SMALL_SEEDS,
+        seeds=SEEDS,
         # the reference scale crosses both kinds at every rate (0: the baseline, in
         # the same sweep) with the init axis
         reference={

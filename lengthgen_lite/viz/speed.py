@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 from matplotlib.figure import Figure
 
+from ..core.training import COMPILE_TOKEN_STEPS
 from .common import panels
 
 
@@ -193,6 +194,7 @@ FAST_PATH_COLUMNS = (
     "compiled_speedup",
     "compile_cold_s",
     "compile_warm_s",
+    "compile_reused_s",
     "break_even_seed_steps",
     "limit_ms",
 )
@@ -210,6 +212,13 @@ def fast_path_numbers(
         "speed-compile-cold": round(float(row["compile_cold_s"])),
         "speed-compile-warm": round(float(row["compile_warm_s"])),
         "speed-break-even": int(round(float(row["break_even_seed_steps"]), -2)),
+        # the same break-even in positions trained, the unit of train()'s own rule
+        "speed-break-even-m": round(
+            float(row["break_even_seed_steps"]) * row["batch"] * row["positions"] / 1e6,
+            1,
+        ),
+        "speed-compile-threshold-m": round(COMPILE_TOKEN_STEPS / 1e6, 1),
+        "speed-compile-reused": round(float(row["compile_reused_s"]), 2),
         "speed-limit-x": round(float(row["compiled_ms"] / row["limit_ms"]), 1),
         "speed-fast-load": load_text(fast["load_before"]),
     }
