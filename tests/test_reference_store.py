@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from lengthgen_lite.chapters import reference
+from lengthgen_lite.runs.compare import at_step
 from lengthgen_lite.runs.runner import run_configuration
 
 NAMES = [*reference.SPECS, *reference.IN_PROGRESS]
@@ -41,3 +42,23 @@ def test_one_seed_retrained_to_the_first_checkpoint_gives_the_stored_row(name):
     rows, _ = run_configuration(short, index, progress=False)
     (row,) = [r for r in rows if r["variant"] == "raw" and r["scale"] == 1.0]
     np.testing.assert_allclose(row[metric], stored, rtol=0.02, atol=2e-3)
+
+
+def test_chapter_two_claims_read_every_cell_of_chapter_one_sweep():
+    baseline = reference.load("ch1/baseline")
+    dispersion = at_step(reference.dispersion(baseline).effects)  # the last budget
+    gap = at_step(reference.gap_exponent(baseline).effects)
+    assert len(dispersion) == len(baseline.configs)  # every configuration a cell
+    soft = [c for c in baseline.configs if c.targets == "soft"]
+    assert len(gap) == len(soft) and all(e.interval.n == 10 for e in gap)
+
+
+def test_chapter_four_claims_name_their_task_and_the_partial_grid():
+    retrieval = reference.load("ch4/retrieval")
+    drift = reference.mean_drift(retrieval)
+    assert drift.claim.key == "ch4-score-mean-drift"
+    assert all(e.cell["task"] in reference.RETRIEVAL_KEYS for e in drift.effects)
+    if retrieval.provenance["missing"]:
+        assert "partial grid" in drift.claim.number
+    with pytest.raises(ValueError, match="task='lookup' is unknown"):
+        reference.layernorm_gain(retrieval, "lookup")

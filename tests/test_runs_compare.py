@@ -6,6 +6,7 @@ from lengthgen_lite.runs.compare import (
     budget_note,
     level_effects,
     paired_effects,
+    reference_claim,
     reference_verdict,
 )
 from tiny_experiment import tiny_spec
@@ -103,6 +104,8 @@ def test_bad_comparisons_are_clear_errors():
         paired_effects(
             results, "tv_beyond", {"norm": "post", "init": "book"}, {"norm": "none"}
         )
+    with pytest.raises(ValueError, match="ch9-score-x: no cell to decide it"):
+        reference_claim("ch9-score-x", [], "nothing")
     with pytest.raises(ValueError, match="sign=2"):
         paired_effects(
             results, "tv_beyond", {"norm": "attn_out"}, {"norm": "none"}, sign=2

@@ -25,6 +25,7 @@ from ..runs.compare import (
 from ..runs.spec import Config
 from ..runs.store import Store
 from . import ch1_set_complement as ch1
+from . import ch2_attention_dispersion as ch2
 from . import ch4_vanishing_variance as ch4
 from . import ch5_post_norm as ch5
 
@@ -37,8 +38,8 @@ SPECS = {
 # the claims whose reference sweeps are not complete yet, and what they wait for
 PENDING = {
     "ch4 (LN on dictionary lookup, argmax retrieval, mean drift)": "ch4/retrieval: "
-    "60 configurations (with an item MLP for argmax retrieval and biased W_V/W_O for "
-    "the mean drift), about 4 hours of one core, not run yet",
+    "44 configurations (with an item MLP for argmax retrieval and biased W_V/W_O for "
+    "the mean drift), running: the rows above read the configurations stored so far",
     "ch6-score-search and the EMA rows": "a grid of EMA x norm placement x window",
     "ch7 rows": "the game and the languages at d_model >= 64",
 }
@@ -156,6 +157,43 @@ def dropout_numbers(sweep: Results) -> dict[str, float]:
     return out
 
 
+def _peak_margin(results: Results, **where: object) -> np.ndarray:
+    s = results.lengths(**where)[1:]
+    largest = results.curves("max_attention", **where)[:, 1:]
+    return 2 - (s * largest).max(axis=1)
+
+
+def dispersion(baseline: Results) -> ReferenceClaim:
+    """Chapter 2: attention disperses. The test a sharp head fails: no token gets
+    twice its uniform share 1/s at any s >= 2; the effect is 2 - max_s s x largest
+    weight per seed, in every cell (target kind x init x learning rate)."""
+    effects = level_effects(baseline, _peak_margin)
+    return reference_claim(
+        "ch2-score-dispersion",
+        effects,
+        "2 minus the largest s x attention weight over s >= 2",
+    )
+
+
+def _exponent_margin(results: Results, **where: object) -> np.ndarray:
+    s = results.lengths(**where)
+    gaps = results.curves("logit_gap", **where)
+    slopes = np.array([ch2.power_law_exponent(s[1:], gap[1:]) for gap in gaps])
+    return ch2.EXPONENT_TOL - np.abs(slopes + 1)
+
+
+def gap_exponent(baseline: Results) -> ReferenceClaim:
+    """Chapter 2: with soft targets the logit gap shrinks like 1/s: its fitted
+    exponent over s >= 2 is -1 within chapter 2's tolerance, per seed, in every cell
+    (init x learning rate)."""
+    effects = level_effects(baseline, _exponent_margin, targets="soft")
+    return reference_claim(
+        "ch2-score-gap",
+        effects,
+        f"soft targets, {ch2.EXPONENT_TOL} minus |the gap's exponent + 1|",
+    )
+
+
 # chapter 4's variants as the sweep's fields (control and treated set the same ones)
 NO_NORM = {"norm": "none", "norm_kind": "layernorm"}
 LAYERNORM = {"norm": "attn_out", "norm_kind": "layernorm"}
@@ -210,6 +248,8 @@ def partial_note(sweep: Results) -> str:
 
 __all__ = [
     "IN_PROGRESS",
+    "dispersion",
+    "gap_exponent",
     "layernorm_gain",
     "mean_drift",
     "partial_note",

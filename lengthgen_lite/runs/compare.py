@@ -180,6 +180,11 @@ class ReferenceClaim:
 def reference_claim(key: str, effects: Sequence[Effect], what: str) -> ReferenceClaim:
     """The row for ``effects`` (from :func:`paired_effects` or :func:`level_effects`);
     ``what`` names the effect in the number text ("TV beyond L, no norm - post")."""
+    if not effects:
+        raise ValueError(
+            f"{key}: no cell to decide it (a sweep in progress stores no cell with "
+            "both sides yet); allowed: at least one effect"
+        )
     final = at_step(effects)
     converged = sum(e.converged for e in final)
     number = (

@@ -124,7 +124,8 @@ def provenance_frame(sweeps: Mapping[str, Results]) -> pd.DataFrame:
         rows.append(
             {
                 "sweep": name,
-                "configurations": len(results.configs),
+                # stored of the grid's (a sweep in progress has fewer)
+                "configurations": f"{len(results.training)} of {len(results.configs)}",
                 "seeds": len(results.seeds),
                 "scored at steps": ", ".join(map(str, steps)),
                 "one-core hours": round(results.provenance["wall_seconds"] / 3600, 2),
@@ -146,7 +147,7 @@ def glue_sweeps(sweeps: Mapping[str, Results]) -> None:
     glue("ref-seeds", min(len(s.seeds) for s in sweeps.values()), display=False)
     glue("ref-steps", steps[-1], display=False)
     glue("ref-checkpoints", ", ".join(map(str, steps)), display=False)
-    glue("ref-configs", sum(len(s.configs) for s in sweeps.values()), display=False)
+    glue("ref-configs", sum(len(s.training) for s in sweeps.values()), display=False)
     glue("ref-hours", round(hours, 2), display=False)
 
 
