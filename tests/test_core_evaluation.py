@@ -7,6 +7,7 @@ from lengthgen_lite.core.evaluation import (
     LengthTable,
     aggregate_seeds,
     entropy_ratio,
+    evaluate_at_scales,
     evaluate_seeds,
     evaluate_set_complement,
     length_metrics,
@@ -107,6 +108,19 @@ def test_evaluate_seeds_uses_the_same_sequences_for_every_model():
     )
     with pytest.raises(ValueError, match="at least one model"):
         evaluate_seeds([], v=6)
+
+
+def test_every_scale_from_one_forward_pass_equals_one_pass_per_scale():
+    torch.manual_seed(0)
+    model = Transformer(ModelConfig(vocab_size=6, d_model=8))
+    scales = (1.0, 0.5, 2.0)
+    together = evaluate_at_scales(model, 6, scales, n_sequences=40, seed=3)
+    for table, c in zip(together, scales, strict=True):
+        alone = evaluate_set_complement(model, 6, n_sequences=40, seed=3, logit_scale=c)
+        for field in METRICS:
+            np.testing.assert_array_equal(getattr(table, field), getattr(alone, field))
+    with pytest.raises(ValueError, match="logit_scales must hold at least one"):
+        evaluate_at_scales(model, 6, ())
 
 
 def test_prefix_profile_reads_every_prefix_of_one_sequence():

@@ -9,6 +9,7 @@ from .averaging import BEMA, EMA, make_bema, make_ema
 from .evaluation import (
     LengthTable,
     PrefixProfile,
+    evaluate_at_scales,
     evaluate_seeds,
     evaluate_set_complement,
     prefix_profile,
@@ -50,6 +51,7 @@ __all__ = [
     "make_ema",
     "LengthTable",
     "PrefixProfile",
+    "evaluate_at_scales",
     "evaluate_seeds",
     "evaluate_set_complement",
     "prefix_profile",

@@ -162,7 +162,6 @@ def length_metrics(
     return tables
 
 
-@torch.no_grad()
 def evaluate_set_complement(
     model: nn.Module,
     v: int,
@@ -174,13 +173,26 @@ def evaluate_set_complement(
 
     ``logit_scale`` multiplies the logits first (a temperature control for chapter 6).
     """
+    return evaluate_at_scales(model, v, (logit_scale,), n_sequences, seed)[0]
+
+
+@torch.no_grad()
+def evaluate_at_scales(
+    model: nn.Module,
+    v: int,
+    logit_scales: Sequence[float],
+    n_sequences: int = 2000,
+    seed: int = 0,
+) -> list[LengthTable]:
+    """:func:`evaluate_set_complement` at every logit scale, one table per scale, from
+    one forward pass (the scales only change what is computed from the logits)."""
     # [batch, v-1]
     tokens = sample_sequences(v, v - 1, n_sequences, make_generator(seed))
     logits, cache = run_with_cache(model, tokens, names=[PATTERN])
     targets = target_distribution(tokens, v)
     return length_metrics(
-        logits, targets, pattern=cache[PATTERN], logit_scales=(logit_scale,)
-    )[0]
+        logits, targets, pattern=cache[PATTERN], logit_scales=logit_scales
+    )
 
 
 # every per-length metric

@@ -37,7 +37,7 @@ import numpy as np
 from torch import nn
 
 from ..core.evaluation import METRICS as SET_COMPLEMENT_METRICS
-from ..core.evaluation import evaluate_seeds, stack_metric
+from ..core.evaluation import evaluate_at_scales, stack_metric
 from ..core.model import Transformer
 from ..core.retrieval import RetrievalTransformer
 from ..core.seeding import make_generator
@@ -81,13 +81,15 @@ def _set_complement(
     setup = config.setup()
     out = {}
     for variant, models in variants.items():
-        for c in spec.scales:
-            kwargs = {
-                "n_sequences": spec.n_test,
-                "seed": spec.eval_seed,
-                "logit_scale": c,
-            }
-            tables = evaluate_seeds(models, setup.vocab_size, **kwargs)
+        # per model, one forward pass scored at every scale: [K][len(scales)]
+        per_model = [
+            evaluate_at_scales(
+                model, setup.vocab_size, spec.scales, spec.n_test, spec.eval_seed
+            )
+            for model in models
+        ]
+        for j, c in enumerate(spec.scales):
+            tables = [scored[j] for scored in per_model]
             keep = tables[0].s <= setup.test_length
             metrics = {
                 m: stack_metric(tables, m)[:, keep] for m in SET_COMPLEMENT_METRICS
