@@ -95,7 +95,8 @@ def test_chapter_one_baseline_is_the_config_default_setup():
         ({"seeds": (-1,)}, "seeds must be a non-empty sequence of integers >= 0"),
         (
             {"averagers": {"swa": {}}},
-            "averagers has unknown field 'swa'; allowed: \\('ema', 'bema'\\)",
+            "averagers='swa' is invalid; allowed: \\('ema', 'bema'\\), alone or as "
+            "'<kind>_<label>'",
         ),
         (
             {"averagers": {"ema": {"beta": 2}}},

@@ -860,6 +860,46 @@ def search_configs(
     ]
 
 
+# The reference scale (issue 19, "decide the nulls"). Constant learning rate after the
+# warm-up (a checkpoint of a 6000-step run is the end of the shorter run: the steps
+# axis is 1000, 3000, 6000), sampled targets, ten seeds, batch 128 (the batch axis of
+# the live grid gives way to the init axis). Every stored row is one (variant, logit
+# scale, seed, step) of 11 metrics over 15 lengths, about 1.7 kB: the store keeps only
+# the variants and the scales a claim reads. Cost, measured on one core of the book's
+# 2-core machine under load (10 seeds, 900 and 2700 steps of one configuration: the
+# slope per step plus a fixed cost; 1 and 2 seeds x 300 steps took 3.5-4.5 s, almost
+# all of it fixed cost, and train on the uncompiled path, so they say little about
+# 6000 steps). The stored ch5 sweeps took 29-189 s a configuration under varying load.
+#
+# ch6/grid, for "EMA helps" and the temperature control: norm (none, attn_out) x init
+# (book, torch) x lr (3e-3, 1e-2) = 8 configurations; the live EMA (window 100) and a
+# longer one (beta 0.999: a converged run's noise floor may need a longer memory; with
+# the warm-up rule min(beta, (1 + t) / (10 + t)) its window is about t / 9 steps until
+# step 8990: 110, 330 and 670 at the checkpoints, against 100 for beta 0.99); logit
+# scales 1 and 1.5 (the live run's best factor beyond L). Rows: 8 x 3 variants x 2
+# scales x 10 seeds x 3 steps = 1440 (measured 1.6 kB a row: about 2.3 MB). Cost: 6.8
+# ms a step at 10 seeds, about 50 s a configuration, 8 configurations about 7 min of
+# one core (0.1 h; 0.4 h at the slowest stored rate).
+REFERENCE_EMA = {"ema": AVERAGERS["ema"], "ema_long": {"beta": 0.999}}
+REFERENCE_SCALES = (1.0, 1.5)
+REFERENCE_GRID = {
+    "norm": ("none", "attn_out"),
+    "batch": (128,),
+    "init": ("book", "torch"),
+    "lr": (3e-3, 1e-2),
+}
+# ch6/search, for "the random search finds dropout and EMA help" (and BEMA): the search
+# as a design, EMA and residual dropout crossed with the norm: norm (none, attn_out) x
+# resid_dropout (0, 0.3) x init (book, torch) = 8 configurations, lr 3e-3, raw, EMA
+# and BEMA at scale 1. Rows: 8 x 3 x 10 x 3 = 720 (about 1.2 MB). Cost: 4.6 ms a step
+# (with and without dropout), about 32 s a configuration, 8 configurations about 4
+# min of one core (0.1 h; 0.4 h at the slowest stored rate).
+REFERENCE_SEARCH = {
+    "norm": ("none", "attn_out"),
+    "resid_dropout": (0.0, 0.3),
+    "init": ("book", "torch"),
+}
+
 SPECS: dict[str, Spec] = {
     "ch6/grid": Spec(
         name="ch6/grid",
@@ -870,6 +910,12 @@ SPECS: dict[str, Spec] = {
         seeds=SEEDS,
         averagers=AVERAGERS,
         scales=SCALES,
+        reference={
+            "grid": REFERENCE_GRID,
+            "base": {"schedule": "constant"},
+            "averagers": REFERENCE_EMA,
+            "scales": REFERENCE_SCALES,
+        },
     ),
     "ch6/soft": Spec(
         name="ch6/soft",
@@ -889,6 +935,12 @@ SPECS: dict[str, Spec] = {
         seeds=SEARCH_SEEDS,
         averagers={"ema": AVERAGERS["ema"]},
         n_test=1000,
+        reference={
+            "configs": [],
+            "grid": REFERENCE_SEARCH,
+            "base": {"targets": "sampled", "schedule": "constant"},
+            "averagers": {"ema": AVERAGERS["ema"], "bema": AVERAGERS["bema"]},
+        },
     ),
 }
 

@@ -150,6 +150,41 @@ def _config(task: str, targets: str, norm: str) -> dict[str, object]:
     }
 
 
+# The reference scale (issue 19): the tasks and target kinds the scorecard's claims
+# read (the game with sampled targets, a^n b^n with soft targets; unlock and no-repeat
+# need no remedy), the placements the claims compare, raw and EMA, the book's init
+# against PyTorch's, ten seeds, 6000 steps at a constant learning rate after the
+# warm-up (checkpoints 1000 and 3000 are the shorter runs' ends: 2-20 times the live
+# budgets), and every model 64 wide (the live languages are 32). 2 tasks x 3 placements
+# x 2 inits = 12 configurations; rows 12 x 2 variants x 10 seeds x 3 steps = 720 (a
+# game row about 1.1 kB, a language row about 3.4 kB: 7 metrics over 16 or 48 lengths;
+# about 1.8 MB). Cost, measured as chapter 6's (10 seeds, 900 and 2700 steps, one
+# core under load): 6.2 ms a step on the game, 6.8 on a^n b^n, about 45 s a
+# configuration, 12 configurations about 9 min of one core (0.15 h; 0.6 h at the
+# slowest stored rate).
+REFERENCE_TASKS = {"tictactoe": "sampled", "anbn": "soft"}
+REFERENCE_PLACEMENTS = ("none", "post", "attn_out")
+REFERENCE_INITS = ("book", "torch")
+REFERENCE_D_MODEL = 64
+
+
+def reference_configs() -> list[dict[str, object]]:
+    """The reference sweep's configurations: task (with its claim's target kind) x
+    placement x init, 64 wide (a list, not a grid: each task has one target kind)."""
+    return [
+        {
+            "task": task,
+            "targets": targets,
+            "norm": norm,
+            "init": init,
+            "d_model": REFERENCE_D_MODEL,
+        }
+        for task, targets in REFERENCE_TASKS.items()
+        for norm in REFERENCE_PLACEMENTS
+        for init in REFERENCE_INITS
+    ]
+
+
 SPECS: dict[str, Spec] = {
     "ch7/placements": Spec(
         name="ch7/placements",
@@ -166,6 +201,7 @@ SPECS: dict[str, Spec] = {
         seeds=SEEDS,
         averagers={"ema": {"beta": EMA_BETA}},
         n_test=1000,
+        reference={"configs": reference_configs(), "base": {"schedule": "constant"}},
     )
 }
 # the game and the languages, scored per length

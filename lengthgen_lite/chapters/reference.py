@@ -11,6 +11,7 @@ chapter spec at the reference scale and returns a
 from __future__ import annotations
 
 import itertools
+from collections.abc import Callable
 
 import numpy as np
 
@@ -22,7 +23,7 @@ from ..runs.compare import (
     paired_effects,
     reference_claim,
 )
-from ..runs.spec import Config
+from ..runs.spec import Config, averager_kind
 from ..runs.store import Store
 from . import ch1_set_complement as ch1
 from . import ch2_attention_dispersion as ch2
@@ -40,8 +41,13 @@ PENDING = {
     "ch4 (LN on dictionary lookup, argmax retrieval, mean drift)": "ch4/retrieval: "
     "44 configurations (with an item MLP for argmax retrieval and biased W_V/W_O for "
     "the mean drift), running: the rows above read the configurations stored so far",
-    "ch6-score-search and the EMA rows": "a grid of EMA x norm placement x window",
-    "ch7 rows": "the game and the languages at d_model >= 64",
+    "ch6 (EMA, temperature, BEMA, search)": "declared, not run: ch6/grid, 8 "
+    "configurations (norm x init x lr; EMA windows 0.99 and 0.999; logit scales 1 and "
+    "1.5) and ch6/search, 8 (norm x residual dropout x init; EMA and BEMA), about 50 "
+    "and 32 s a configuration measured, under half an hour of one core each",
+    "ch7 (game, game EMA, languages)": "declared, not run: ch7/placements, 12 "
+    "configurations (the game, sampled, and a^n b^n, soft, x none, post, attn_out x "
+    "init, d_model 64, 6000 steps), about 45 s a configuration measured",
 }
 
 
@@ -234,6 +240,171 @@ def mean_drift(sweep: Results) -> ReferenceClaim:
         effects,
         "global mean's drift from N = 8 to the largest, in spreads, minus 0.1"
         + partial_note(sweep),
+    )
+
+
+# --- chapters 6 and 7 (issue 19): the claims of sweeps declared, not run yet ---------
+# ch6/grid, ch6/search and ch7/placements at the reference scale; not in SPECS until
+# their stores hold them. Each effect is a difference on the same seeds (an averaged
+# model against the raw weights of the same training, or one configuration against
+# another), > 0 when the claim holds.
+
+
+def _raw_minus(variant: str, metric: str = "tv_beyond") -> Callable[..., np.ndarray]:
+    """Per seed, ``metric`` of the raw weights minus that of ``variant`` (an averager
+    riding along the same training): a paired difference, as a level."""
+
+    def gain(results: Results, **where: object) -> np.ndarray:
+        raw = results.values(metric, variant="raw", **where)
+        return raw - results.values(metric, variant=variant, **where)
+
+    return gain
+
+
+def _labelled(effects: list[Effect], **label: object) -> list[Effect]:
+    """The effects with ``label`` added to their cells (which averager, which
+    comparison)."""
+    return [Effect(e.cell | label, e.step, e.interval, e.converged) for e in effects]
+
+
+def _averagers(results: Results, kind: str) -> list[str]:
+    """The sweep's variants of averager ``kind`` ("ema": "ema" and "ema_long")."""
+    names = [v for v in results.variants if v != "raw" and averager_kind(v) == kind]
+    if not names:
+        raise ValueError(
+            f"{results.spec.name} has no {kind!r} variant; allowed: a sweep with "
+            f"variants {results.variants} that include one"
+        )
+    return names
+
+
+def ema_helps(grid: Results) -> ReferenceClaim:
+    """Chapter 6: EMA helps length generalisation. Raw minus EMA TV beyond L, per
+    seed, for every EMA window of the sweep (ch6/grid: beta 0.99 as live, and 0.999),
+    in every cell (norm x init x learning rate), sampled targets, logit scale 1. The
+    live row also asks for a lower TV at the training lengths; the reference decides
+    the half in doubt (beyond L), in direction (the live row asks > 0.01)."""
+    effects: list[Effect] = []
+    for variant in _averagers(grid, "ema"):
+        gain = level_effects(grid, _raw_minus(variant))
+        effects += _labelled(gain, averager=variant)
+    return reference_claim(
+        "ch6-score-ema", effects, "TV beyond L, raw minus EMA weights"
+    )
+
+
+def _best_scale_gap(results: Results, **where: object) -> np.ndarray:
+    """Per seed: the raw weights' TV beyond L at their best logit scale minus the EMA
+    weights' at theirs (the scales of the sweep)."""
+
+    def best(variant: str) -> np.ndarray:
+        tv = [
+            results.values("tv_beyond", variant=variant, scale=c, **where)
+            for c in results.spec.scales
+        ]
+        return np.min(tv, axis=0)
+
+    return best("raw") - best("ema")
+
+
+def temperature(grid: Results) -> ReferenceClaim:
+    """Chapter 6's control: EMA's gain is more than a logit temperature. Each at its
+    best logit scale (ch6/grid: 1 and 1.5, the live run's best factor beyond L), raw
+    minus EMA (beta 0.99) TV beyond L, per seed, in every cell (norm x init x learning
+    rate); the live row asks > 0.03 over 16 scales."""
+    if len(grid.spec.scales) < 2:
+        raise ValueError(
+            f"{grid.spec.name} is scored at scales {grid.spec.scales}; allowed: a "
+            "sweep with at least two logit scales"
+        )
+    effects = level_effects(grid, _best_scale_gap)
+    scales = ", ".join(f"{c:g}" for c in grid.spec.scales)
+    return reference_claim(
+        "ch6-score-temperature",
+        effects,
+        f"TV beyond L, raw minus EMA, each at its best logit scale of {scales}",
+    )
+
+
+def bema_helps(search: Results) -> ReferenceClaim:
+    """Chapter 6: BEMA helps. Raw minus BEMA TV beyond L, per seed, in every cell of
+    ch6/search's design (norm x residual dropout x init), sampled targets."""
+    effects = level_effects(search, _raw_minus(_averagers(search, "bema")[0]))
+    return reference_claim(
+        "ch6-score-bema", effects, "TV beyond L, raw minus BEMA weights"
+    )
+
+
+def search_finds(search: Results) -> ReferenceClaim:
+    """v1's random search: dropout and EMA improve length generalisation, decided on
+    the search as a design (ch6/search: norm x residual dropout x init). Two effects,
+    each in every cell: no dropout minus each residual dropout rate, raw weights (cells
+    norm x init); raw minus EMA (beta 0.99) weights (cells norm x dropout x init); TV
+    beyond L, in direction (the live row asks EMA < -0.01, dropout's slope < -0.1)."""
+    rates = sorted({c.resid_dropout for c in search.configs} - {0.0})
+    if not rates:
+        raise ValueError(
+            f"{search.spec.name} has no residual dropout rate above 0; allowed: a "
+            "sweep with resid_dropout 0 and a positive rate"
+        )
+    effects: list[Effect] = []
+    for rate in rates:
+        drop = paired_effects(
+            search, "tv_beyond", {"resid_dropout": rate}, {"resid_dropout": 0.0}
+        )
+        effects += _labelled(drop, remedy=f"resid_dropout {rate:g}")
+    ema = level_effects(search, _raw_minus(_averagers(search, "ema")[0]))
+    effects += _labelled(ema, remedy="ema")
+    return reference_claim(
+        "ch6-score-search",
+        effects,
+        "TV beyond L, no dropout minus dropout and raw minus EMA",
+    )
+
+
+GAME = {"task": "tictactoe", "targets": "sampled"}
+
+
+def game_order(sweep: Results) -> ReferenceClaim:
+    """Chapter 7: on the game (sampled targets) the placements order as on set
+    complement, attn_out < post < none in TV beyond the training lengths: post minus
+    attn_out and none minus post, raw weights, on the same seeds, in every cell
+    (init)."""
+    pairs = (("attn_out", "post"), ("post", "none"))
+    effects: list[Effect] = []
+    for treated, control in pairs:
+        gain = paired_effects(
+            sweep, "tv_beyond", {"norm": treated}, {"norm": control}, **GAME
+        )
+        effects += _labelled(gain, pair=f"{control} - {treated}")
+    return reference_claim(
+        "ch7-score-game",
+        effects,
+        "Tic-Tac-Toe (sampled), TV beyond L, post minus attn_out and none minus post",
+    )
+
+
+def game_ema(sweep: Results) -> ReferenceClaim:
+    """Chapter 7: EMA helps on the game. Raw minus EMA TV beyond the training lengths,
+    per seed, sampled targets, in every cell (placement x init)."""
+    effects = level_effects(sweep, _raw_minus("ema"), **GAME)
+    return reference_claim(
+        "ch7-score-game-ema",
+        effects,
+        "Tic-Tac-Toe (sampled), TV beyond L, raw minus EMA weights",
+    )
+
+
+def languages(sweep: Results) -> ReferenceClaim:
+    """Chapter 7: post-norm helps on the formal languages, decided on a^n b^n (soft
+    targets; unlock and no-repeat need no remedy): no norm minus post-norm TV beyond
+    the training lengths, raw weights, on the same seeds, in every cell (init). The
+    live row asks that some placement remove half the no-norm error."""
+    effects = paired_effects(
+        sweep, "tv_beyond", {"norm": "post"}, {"norm": "none"}, task="anbn"
+    )
+    return reference_claim(
+        "ch7-score-languages", effects, "a^n b^n (soft), TV beyond L, none minus post"
     )
 
 

@@ -63,7 +63,7 @@ TARGETS: tuple[str, ...] = get_args(TargetKind)
 AVERAGERS = {
     "ema": make_ema,
     "bema": make_bema,
-}  # name -> factory of its keyword options
+}  # kind -> factory of its keyword options; a spec names each "ema" or "ema_<label>"
 SCALES = ("live", "reference")  # the notebook's budget, or the converged one
 # What the reference scale changes when a spec's own ``reference`` does not say: ten
 # seeds (0..9), 6000 steps scored also at 1000 and 3000, on the fast training path
@@ -74,7 +74,18 @@ REFERENCE_DEFAULTS: dict[str, Any] = {
     "checkpoints": (1000, 3000),
     "base": {"train_path": "auto"},
 }
-REFERENCE_FIELDS = ("seeds", "steps", "checkpoints", "base", "grid", "configs")
+# ``scales`` and ``averagers`` replace the live ones (a stored row per scale and
+# variant: keep only what a claim reads)
+REFERENCE_FIELDS = (
+    "seeds",
+    "steps",
+    "checkpoints",
+    "base",
+    "grid",
+    "configs",
+    "scales",
+    "averagers",
+)
 
 
 def _fail(path: str, value: object, allowed: str) -> None:
@@ -87,6 +98,15 @@ def _check_keys(path: str, data: Mapping[str, Any], allowed: Sequence[str]) -> N
             raise ValueError(
                 f"{path} has unknown field {key!r}; allowed: {tuple(allowed)}"
             )
+
+
+def averager_kind(name: object) -> str:
+    """The factory an averager's name picks: its kind ("ema"), alone or before an
+    underscore and a label ("ema_long"), so one spec can carry two EMA windows."""
+    parts = name.split("_", 1) if isinstance(name, str) else [name]
+    if parts[0] not in AVERAGERS or "" in parts[1:]:
+        _fail("averagers", name, f"{tuple(AVERAGERS)}, alone or as '<kind>_<label>'")
+    return str(parts[0])
 
 
 def _field_names(kind: type) -> tuple[str, ...]:
@@ -296,13 +316,16 @@ class Spec:
     ``grid`` maps a :class:`Config` field to the values it takes; every combination (in
     the grid's order, the last field varying fastest) is one configuration. ``configs``
     lists more configurations (each a mapping of fields over ``base``). ``steps`` None
-    keeps each configuration's own; an int overrides them all. ``averagers`` maps
-    "ema"/"bema" to the factory's options (``{"ema": {"beta": 0.99}}``). ``scales`` are
+    keeps each configuration's own; an int overrides them all. ``averagers`` maps a
+    variant name, "ema"/"bema" or one with a label ("ema_long"), to its factory's
+    options (``{"ema": {"beta": 0.99}}``). ``scales`` are
     the logit scales evaluated (1.0 is the model as trained). ``n_test`` and
     ``eval_seed`` fix the test sequences. ``checkpoints`` are step counts below the
     last at which the weights are scored too (rows carry their ``step``). ``reference``
     overrides ``REFERENCE_DEFAULTS`` for :meth:`at_scale` ("reference"); its ``grid``
-    adds axes to the spec's grid, its ``base`` adds fields to the spec's base.
+    adds axes to the spec's grid, its ``base`` adds fields to the spec's base, its
+    ``scales`` and ``averagers`` replace the spec's (each a stored row per seed and
+    step: the reference keeps those a claim reads).
     """
 
     name: str
@@ -346,7 +369,8 @@ class Spec:
         averagers = {
             name: dict(options) for name, options in dict(self.averagers).items()
         }
-        _check_keys("averagers", averagers, tuple(AVERAGERS))
+        for name in averagers:
+            averager_kind(name)
         object.__setattr__(self, "averagers", averagers)
         self.averager_factories()  # the averagers' own checks (beta in (0, 1), ...)
         scales = tuple(
@@ -408,7 +432,7 @@ class Spec:
         out = {}
         for name, options in self.averagers.items():
             try:
-                out[name] = AVERAGERS[name](**options)
+                out[name] = AVERAGERS[averager_kind(name)](**options)
             except (TypeError, ValueError) as err:
                 raise ValueError(
                     f"averagers.{name}={options!r} is invalid: {err}"
