@@ -37,7 +37,8 @@ def test_one_seed_retrained_to_the_first_checkpoint_gives_the_stored_row(name):
     config = spec.configurations()[index]
     assert config.schedule == "constant", "a shorter run is the same run's prefix"
     metric = METRIC.get(name, "tv")
-    stored = results.curves(metric, config=index, step=first)[0]  # seed 0
+    raw = {"variant": "raw", "scale": 1.0}
+    stored = results.curves(metric, config=index, step=first, **raw)[0]  # seed 0
     short = spec.with_overrides(seeds=[spec.seeds[0]], steps=first, checkpoints=())
     rows, _ = run_configuration(short, index, progress=False)
     (row,) = [r for r in rows if r["variant"] == "raw" and r["scale"] == 1.0]
