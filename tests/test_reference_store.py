@@ -63,3 +63,24 @@ def test_chapter_four_claims_name_their_task_and_the_partial_grid():
         assert "partial grid" in drift.claim.number
     with pytest.raises(ValueError, match="task='lookup' is unknown"):
         reference.layernorm_gain(retrieval, "lookup")
+
+
+def test_resharpen_reads_post_norm_models_in_two_parts():
+    placements = reference.load("ch5/placements")
+    claim = reference.resharpen(placements)
+    post = [c for c in placements.configs if c.norm == "post"]
+    final = at_step(claim.effects)
+    parts = sorted({e.cell["part"] for e in final})
+    assert parts == ["attention sharpened", "gap restored"]
+    assert len(final) == 2 * len(post)  # one cell per post-norm configuration, twice
+    assert all(e.interval.n == 10 for e in final)
+
+
+def test_shift_reads_only_the_normed_models():
+    retrieval = reference.load("ch4/retrieval")
+    claim = reference.shift(retrieval)
+    normed = [c for c in retrieval.configs if c.norm == "attn_out"]
+    final = at_step(claim.effects)
+    assert len(final) == 2 * len(normed)
+    assert {e.cell["norm_kind"] for e in final} == {"layernorm", "standardize"}
+    assert claim.claim.key == "ch4-score-shift"

@@ -1,5 +1,3 @@
-import json
-
 import numpy as np
 import pytest
 
@@ -25,7 +23,8 @@ def swept(tmp_path_factory):
 def test_a_sweep_saves_one_file_per_configuration_with_provenance(swept):
     spec, folder, saved, results = swept
     assert len(saved) == 2 and all(p.parent.parent == folder for p in saved)
-    data = json.loads(saved[0].read_text())
+    assert all(p.name.endswith(store.SUFFIX) for p in saved)
+    data = store.read_file(saved[0])
     assert set(PROVENANCE_KEYS) <= set(data["provenance"])
     assert data["provenance"]["command"] == "pytest"
     assert sorted(data["training"]["converged"]) == ["20", "40", "60"]
@@ -68,11 +67,22 @@ def test_a_changed_spec_or_a_missing_file_is_a_clear_error(swept, tmp_path):
     assert len(Store(folder).load(more_seeds, partial=True).rows) == 0
     assert Store(folder).stale(more_seeds) == sorted(saved)
     assert Store(folder).stale(spec) == []
-    broken = json.loads(saved[1].read_text())
+    broken = store.read_file(saved[1])
     del broken["provenance"]["cpu"]
-    saved[1].write_text(json.dumps(broken))
+    store.write_file(saved[1], broken)
     with pytest.raises(ValueError, match=r"provenance lacks \['cpu'\]"):
         Store(folder).load(spec)
+
+
+def test_a_file_written_twice_has_the_same_bytes(swept, tmp_path):
+    # no timestamp in the gzip header: a re-run of the same sweep changes no byte
+    _, _, saved, _ = swept
+    data = store.read_file(saved[0])
+    copies = [tmp_path / f"{name}{store.SUFFIX}" for name in ("a", "b")]
+    for copy in copies:
+        store.write_file(copy, data)
+    assert copies[0].read_bytes() == copies[1].read_bytes()
+    assert store.read_file(copies[0]) == data
 
 
 def test_stored_metrics_match_a_rerun_of_one_seed(swept):
