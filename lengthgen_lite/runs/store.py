@@ -1,6 +1,6 @@
 """The reference results store: one gzipped JSON file per configuration of a reference
-sweep, committed under ``results/reference/``, so a long sweep survives interruptions and the
-book reads converged numbers without training.
+sweep, committed under ``results/reference/``, so a long sweep survives interruptions
+and the book reads converged numbers without training.
 
 A file is named by its spec and a key: a hash of everything that decides its numbers
 (the configuration's fields, the seeds, the checkpoints, the averagers, the logit
