@@ -84,3 +84,41 @@ def test_shift_reads_only_the_normed_models():
     assert len(final) == 2 * len(normed)
     assert {e.cell["norm_kind"] for e in final} == {"layernorm", "standardize"}
     assert claim.claim.key == "ch4-score-shift"
+
+
+def test_shift_numbers_count_the_raised_cells_of_each_task():
+    retrieval = reference.load("ch4/retrieval")
+    numbers = reference.shift_numbers(retrieval)  # the last checkpoint, 6000 steps
+    final = at_step(reference.shift(retrieval).effects)
+    for task, key in reference.RETRIEVAL_KEYS.items():
+        raised = [
+            e for e in final if e.cell["task"] == task and e.cell["part"] == "raised"
+        ]
+        assert numbers[f"ref-shift-{key}-cells"] == len(raised)
+        assert numbers[f"ref-shift-{key}-raised-6000"] == sum(
+            e.interval.low > 0 for e in raised
+        )
+        for side in ("before", "after"):
+            low, high = (
+                numbers[f"ref-shift-{key}-{side}-{m}-6000"] for m in ("min", "max")
+            )
+            assert 0 < low <= high
+    # the norm raises the ratio: its lowest after the norm above its highest before
+    assert (
+        numbers["ref-shift-dict-after-min-6000"]
+        > numbers["ref-shift-dict-before-max-6000"]
+    )
+    early = reference.shift_numbers(retrieval, step=1000)
+    assert "ref-shift-argmax-raised-1000" in early
+    with pytest.raises(ValueError, match="step=10 is not stored"):
+        reference.shift_numbers(retrieval, step=10)
+
+
+def test_final_cells_pick_the_last_budget_and_say_what_is_allowed():
+    claim = reference.ema_helps(reference.load("ch6/grid"))
+    normed = reference.final_cells(claim, norm="attn_out")
+    assert normed and {e.cell["norm"] for e in normed} == {"attn_out"}
+    assert {e.step for e in normed} == {max(e.step for e in claim.effects)}
+    assert len(reference.final_cells(claim)) == len(at_step(claim.effects))
+    with pytest.raises(ValueError, match="no cell with"):
+        reference.final_cells(claim, norm="post")

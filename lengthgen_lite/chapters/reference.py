@@ -19,6 +19,7 @@ from ..runs import Results
 from ..runs.compare import (
     Effect,
     ReferenceClaim,
+    at_step,
     level_effects,
     paired_effects,
     reference_claim,
@@ -332,6 +333,50 @@ def shift(sweep: Results) -> ReferenceClaim:
     )
 
 
+def shift_numbers(sweep: Results, step: int | None = None) -> dict[str, float]:
+    """The numbers chapter 4 quotes about the variance shift at the reference scale
+    (glue name -> value) at checkpoint ``step`` (default: the last), per task ("dict",
+    "argmax") over its normed cells (norm kind x item MLP x init x learning rate): the
+    lowest and highest cell mean (over seeds) of the median per-feature variance ratio,
+    largest N over smallest, before the norm and after it (rounded to 2 decimals); in
+    how many cells the norm raises the ratio by half (:func:`shift`'s first part, its
+    interval above zero); and the cell count."""
+    raised = [e for e in shift(sweep).effects if e.cell["part"] == "raised"]
+    steps = sorted({e.step for e in raised})
+    step = steps[-1] if step is None else step
+    if step not in steps:
+        raise ValueError(f"step={step} is not stored; allowed: {steps}")
+    out: dict[str, float] = {}
+    for task, key in RETRIEVAL_KEYS.items():
+        cells = configs_where(sweep, task=task, norm="attn_out")
+        ratios = [_ratios(sweep, config=i, step=step) for i in cells]
+        for side, name in enumerate(("before", "after")):
+            means = [float(r[side].mean()) for r in ratios]
+            out[f"ref-shift-{key}-{name}-min-{step}"] = round(min(means), 2)
+            out[f"ref-shift-{key}-{name}-max-{step}"] = round(max(means), 2)
+        here = [e for e in at_step(raised, step) if e.cell["task"] == task]
+        out[f"ref-shift-{key}-raised-{step}"] = sum(e.interval.low > 0 for e in here)
+        out[f"ref-shift-{key}-cells"] = len(cells)
+    return out
+
+
+def final_cells(claim: ReferenceClaim, **where: object) -> list[Effect]:
+    """The effects of ``claim`` at its last budget whose cell matches ``where`` (cell
+    fields, e.g. ``norm="attn_out"``), for the numbers a chapter quotes; a
+    ValueError if none matches."""
+    cells = [
+        e
+        for e in at_step(claim.effects)
+        if all(e.cell.get(k) == v for k, v in where.items())
+    ]
+    if not cells:
+        fields = sorted({k for e in claim.effects for k in e.cell})
+        raise ValueError(
+            f"{claim.claim.key} has no cell with {where}; allowed: values of {fields}"
+        )
+    return cells
+
+
 # --- chapters 6 and 7: each effect is a difference on the same seeds (an averaged
 # model against the raw weights of the same training, or one configuration against
 # another), > 0 when the claim holds.
@@ -525,4 +570,6 @@ __all__ = [
     "postnorm",
     "resharpen",
     "shift",
+    "shift_numbers",
+    "final_cells",
 ]
