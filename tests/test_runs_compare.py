@@ -3,6 +3,7 @@ import pytest
 
 from lengthgen_lite.runs import Results
 from lengthgen_lite.runs.compare import (
+    Effect,
     budget_note,
     level_effects,
     paired_effects,
@@ -96,6 +97,25 @@ def test_a_verdict_that_changes_with_budget_says_so():
         {"norm": "none"},
     )
     assert budget_note(steady) == "the same verdict at 20, 60 steps"
+
+
+def test_a_claim_of_two_parts_gives_each_part_its_range():
+    effects = paired_effects(
+        fabricated(0.1, 0.1, early=0.1),
+        "tv_beyond",
+        {"norm": "attn_out"},
+        {"norm": "none"},
+    )
+    parts = [
+        Effect(e.cell | {"part": part}, e.step, e.interval, e.converged)
+        for part in ("first", "second")
+        for e in effects
+    ]
+    number = reference_claim("ch9-score-x", parts, "two parts").claim.number
+    assert "4 cells" in number and number.count("from ") == 2
+    assert "[95% CI] first: from 0.099" in number and "; second: from 0.099" in number
+    plain = reference_claim("ch9-score-x", effects, "one part").claim.number
+    assert "mean [95% CI] from 0.099" in plain and plain.count("from ") == 1
 
 
 def test_bad_comparisons_are_clear_errors():

@@ -187,9 +187,16 @@ def reference_claim(key: str, effects: Sequence[Effect], what: str) -> Reference
         )
     final = at_step(effects)
     converged = sum(e.converged for e in final)
+    # a claim of several parts (cell label "part") gives each part's range
+    parts = dict.fromkeys(e.cell.get("part") for e in final)
+    ranges = "; ".join(
+        f"{part + ': ' if part else ''}from "
+        + effect_range([e for e in final if e.cell.get("part") == part])
+        for part in parts
+    )
     number = (
         f"{what}; {final[0].interval.n} seeds, {final[0].step} steps, "
-        f"{len(final)} cells, mean [95% CI] from {effect_range(final)}; "
+        f"{len(final)} cells, mean [95% CI] {ranges}; "
         f"converged in {converged} of {len(final)} cells"
     )
     claim = Claim(key, reference_verdict(final), number)
