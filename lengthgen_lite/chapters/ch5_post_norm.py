@@ -611,6 +611,8 @@ def postnorm_claim(results: Results) -> Claim:
 
 # H/log s above this at every s >= 2: near-uniform (the book's threshold)
 NEAR_UNIFORM = 0.85
+# the bar for a restored gap: s x gap at the longest s over s = 1 (the 1/s law gives 1)
+GAP_RESTORED = 1.5
 
 
 def resharpen_claim(profiles: Mapping[tuple[str, str], Sequence[GapProfile]]) -> Claim:
@@ -624,9 +626,9 @@ def resharpen_claim(profiles: Mapping[tuple[str, str], Sequence[GapProfile]]) ->
     entropy = min(
         stack_profile(p, "entropy_ratio")[:, 1:].min() for p in profiles.values()
     )
-    restored = all((ratio(profiles, t, "post") > 1.5).all() for t in TARGETS) and bool(
-        (post > 2 * frozen).all()
-    )
+    restored = all(
+        (ratio(profiles, t, "post") > GAP_RESTORED).all() for t in TARGETS
+    ) and bool((post > 2 * frozen).all())
     sharpened = any(
         stack_profile(profiles[(t, "post")], "entropy_ratio")[:, 1:].min()
         < NEAR_UNIFORM

@@ -124,14 +124,10 @@ def postnorm(placements: Results) -> ReferenceClaim:
     )
 
 
-# the live row's bar for a restored gap: s x gap at the longest s over s = 1
-RESTORED = 1.5
-
-
 def _gap_growth_margin(results: Results, **where: object) -> np.ndarray:
     s = results.lengths(**where)
     gaps = results.curves("logit_gap", **where)
-    return s[-1] * gaps[:, -1] / gaps[:, 0] - RESTORED
+    return s[-1] * gaps[:, -1] / gaps[:, 0] - ch5.GAP_RESTORED
 
 
 def _sharpness_margin(results: Results, **where: object) -> np.ndarray:
@@ -158,8 +154,8 @@ def resharpen(placements: Results) -> ReferenceClaim:
     return reference_claim(
         "ch5-score-resharpen",
         effects,
-        f"post-norm: s x gap growth minus {RESTORED}, and {ch5.NEAR_UNIFORM} minus "
-        "the smallest attention entropy / log s",
+        f"post-norm: s x gap growth minus {ch5.GAP_RESTORED}, and "
+        f"{ch5.NEAR_UNIFORM} minus the smallest attention entropy / log s",
     )
 
 
@@ -291,10 +287,6 @@ def mean_drift(sweep: Results) -> ReferenceClaim:
     )
 
 
-# the live row's bar: the norm raises the features' variance ratio by half
-SHIFT_RAISED = 1.5
-
-
 def _ratios(results: Results, **where: object) -> tuple[np.ndarray, np.ndarray]:
     """Per seed, the median per-feature variance at the largest N over the smallest,
     before the norm and after it."""
@@ -306,7 +298,7 @@ def _ratios(results: Results, **where: object) -> tuple[np.ndarray, np.ndarray]:
 
 def _raised_margin(results: Results, **where: object) -> np.ndarray:
     before, after = _ratios(results, **where)
-    return after - SHIFT_RAISED * before
+    return after - ch4.SHIFT_RAISED * before
 
 
 def _left_margin(results: Results, **where: object) -> np.ndarray:
@@ -328,8 +320,8 @@ def shift(sweep: Results) -> ReferenceClaim:
     return reference_claim(
         "ch4-score-shift",
         effects,
-        f"after the norm, variance ratio minus {SHIFT_RAISED} x the ratio before, and "
-        "1 minus it" + partial_note(sweep),
+        f"after the norm, variance ratio minus {ch4.SHIFT_RAISED} x the ratio "
+        "before, and 1 minus it" + partial_note(sweep),
     )
 
 
