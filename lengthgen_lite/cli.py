@@ -138,6 +138,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="training steps of every configuration (warm-up capped at half)",
     )
     go.add_argument(
+        "--test-sets",
+        type=int,
+        help="test sequences (or sets) per length of every evaluation, e.g. 50 for a "
+        "quick smoke run (default: the experiment's own)",
+    )
+    go.add_argument(
         "--backend",
         choices=BACKENDS,
         default="local",
@@ -200,8 +206,8 @@ def _list(specs: dict[str, Spec]) -> str:
 
 
 def _scaled(spec: Spec, args: argparse.Namespace) -> Spec:
-    """The spec at ``--scale``, with ``--seeds`` and ``--steps`` (a reference sweep cut
-    short keeps the checkpoints below its steps)."""
+    """The spec at ``--scale``, with ``--seeds``, ``--steps`` (a reference sweep cut
+    short keeps the checkpoints below its steps) and ``--test-sets``."""
     spec = spec.at_scale(args.scale)
     changes: dict[str, object] = {}
     if args.seeds is not None:
@@ -209,6 +215,8 @@ def _scaled(spec: Spec, args: argparse.Namespace) -> Spec:
     if args.steps is not None:
         changes["steps"] = args.steps
         changes["checkpoints"] = [c for c in spec.checkpoints if c < args.steps]
+    if args.test_sets is not None:
+        changes["n_test"] = args.test_sets
     return spec.with_overrides(**changes)
 
 

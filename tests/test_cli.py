@@ -83,12 +83,13 @@ def test_run_with_overrides(tiny, tmp_path):
 
 def test_run_chapter_four_retrieval(tmp_path):
     """Chapter 4's retrieval experiment runs by its chapter's name: both tasks, three
-    variants, scored at every set size N."""
+    variants, scored at every set size N (on 50 test sets, not the spec's 500)."""
     out = tmp_path / "ch4.json"
-    argv = ["run", "ch4", "--seeds", "2", "--steps", "50", "--out", str(out)]
-    assert main([*argv, "--no-progress"]) == 0
+    argv = ["run", "ch4", "--seeds", "2", "--steps", "50", "--test-sets", "50"]
+    assert main([*argv, "--out", str(out), "--no-progress"]) == 0
     results = Results.load(out)
     assert results.spec.name == "ch4/retrieval" and len(results.configs) == 6
+    assert results.spec.n_test == 50
     assert results.lengths().tolist() == [8, 16, 32, 64, 128, 256, 512, 1024]
     accuracy = results.values("accuracy_train", task="dictionary_lookup", norm="none")
     assert accuracy.shape == (2,) and ((accuracy >= 0) & (accuracy <= 1)).all()
@@ -103,6 +104,7 @@ BAD_ARGS = [
     (["--steps", "-1"], ["steps must be an integer >= 1, got -1"]),
     (["--steps", "many"], ["--steps", "invalid int value: 'many'"]),
     (["--backend", "dask"], ["--backend", "invalid choice: 'dask'"]),
+    (["--test-sets", "0"], ["n_test must be an integer >= 1, got 0"]),
     (["--seeds-per-task", "2"], ["seeds_per_task=2", "backend='local'"]),
     (["--backend", "ray", "--ray-cpus", "0"], ["ray_num_cpus must be an integer >= 1"]),
     (["--configs", "0"], ["--configs is invalid with --scale live"]),

@@ -271,6 +271,29 @@ def test_length_metrics_with_every_position_counted_is_a_plain_mean_to_the_bit()
     )
 
 
+def test_every_scale_is_the_metrics_of_the_scaled_logits_to_the_bit():
+    # length_metrics finds the scale-free parts (log p*, the logit extremes) once; each
+    # scale's KL and gap must still be the plain functions of c * logits, bit for bit
+    from lengthgen_lite.core import metrics
+    from lengthgen_lite.core.tasks import sample_sequences, target_distribution
+
+    tokens = sample_sequences(8, 7, 300, torch.Generator().manual_seed(0))
+    targets = target_distribution(tokens, 8)
+    logits = 3 * torch.randn(targets.shape, generator=torch.Generator().manual_seed(1))
+    scales = (0.0, 1 / 3, 0.7, 1.0, 2.5, 10.0)
+    illegal = targets == 0
+    for scale, table in zip(
+        scales, length_metrics(logits, targets, logit_scales=scales)
+    ):
+        scaled = logits * scale
+        kl = metrics.kl_divergence(targets, scaled)
+        np.testing.assert_array_equal(table.kl, kl.mean(0).numpy())
+        gap = metrics.logit_gap(scaled, illegal)
+        has_gap = illegal.any(-1)
+        expected = torch.where(has_gap, gap, 0.0).sum(0) / has_gap.sum(0)
+        np.testing.assert_array_equal(table.logit_gap, expected.numpy())
+
+
 def test_length_metrics_rejects_bad_shapes_and_masks():
     logits, targets = two_prefixes()
     with pytest.raises(ValueError, match="logits must be"):

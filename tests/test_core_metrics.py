@@ -33,6 +33,26 @@ def test_kl_zero_at_target_and_ignores_zero_mass():
     )
 
 
+def test_log_targets_is_zero_where_the_target_is():
+    target = torch.tensor([0.0, 0.25, 0.75])
+    log_p = metrics.log_targets(target)
+    assert log_p[0].item() == 0.0
+    assert torch.equal(log_p[1:], target[1:].log())
+    logits = torch.tensor([0.3, -1.0, 2.0])
+    assert torch.equal(
+        metrics.kl_divergence(target, logits, log_p),
+        metrics.kl_divergence(target, logits),
+    )
+
+
+def test_logit_extremes_are_infinite_where_a_side_is_empty():
+    logits = torch.tensor([[2.0, 0.0, 1.0], [1.0, 4.0, -2.0]])
+    seen = torch.tensor([[False, True, True], [False, False, False]])
+    smallest_legal, largest_illegal = metrics.logit_extremes(logits, seen)
+    assert smallest_legal.tolist() == [2.0, -2.0]
+    assert largest_illegal.tolist() == [1.0, -math.inf]
+
+
 def test_attention_statistics_on_uniform_and_one_hot_rows():
     uniform = torch.full((1, 5), 0.2)
     one_hot = torch.tensor([[0.0, 1.0, 0.0, 0.0, 0.0]])

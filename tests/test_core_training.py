@@ -1,9 +1,13 @@
 import copy
+import os
+import subprocess
+import sys
 
 import numpy as np
 import pytest
 import torch
 
+from lengthgen_lite.core import training
 from lengthgen_lite.core.model import PLACEMENTS, ModelConfig
 from lengthgen_lite.core.seeding import make_generator
 from lengthgen_lite.core.tasks import Batch, SetComplement
@@ -349,25 +353,25 @@ def test_fast_path_trains_what_the_reference_path_trains(model_kwargs, targets):
 @pytest.mark.filterwarnings(
     "ignore:The .grad attribute of a Tensor that is not a leaf Tensor:UserWarning"
 )
-@pytest.mark.parametrize("weight_decay", [0.0, 0.1])
-def test_compiled_path_trains_what_the_reference_path_trains(weight_decay):
+def test_compiled_path_trains_what_the_reference_path_trains():
     model_cfg = ModelConfig(vocab_size=8, d_model=16, norm="post")
     first = TrainConfig(
-        steps=30,
-        warmup=5,
-        batch=32,
-        lr=1e-2,
-        targets="sampled",
-        schedule="cosine",
-        weight_decay=weight_decay,
+        steps=30, warmup=5, batch=32, lr=1e-2, targets="sampled", schedule="cosine"
     )
     # the second compiled training (another lr, schedule and length) reuses the first
-    # one's compiled step: no new graph
+    # one's compiled step: no new graph; weight decay > 0 is another graph
     second = replace(first, lr=3e-3, steps=20, warmup=0, schedule="constant")
-    for cfg in (first, second):
-        graphs = torch._dynamo.utils.counters["stats"]["unique_graphs"]
+    decayed = replace(first, weight_decay=0.1)
+    graphs = torch._dynamo.utils.counters["stats"]["unique_graphs"]
+    for cfg in (first, second, decayed, replace(second, weight_decay=0.1)):
         runs = train_paths(model_cfg, cfg, ("reference", "compiled"))
         assert_same_training(runs["reference"], runs["compiled"], TASK.v)
+    assert torch._dynamo.utils.counters["stats"]["unique_graphs"] <= graphs + 2
+    # ... and a graph is kept after another one was compiled: back to no decay, no
+    # new graph
+    graphs = torch._dynamo.utils.counters["stats"]["unique_graphs"]
+    runs = train_paths(model_cfg, second, ("reference", "compiled"))
+    assert_same_training(runs["reference"], runs["compiled"], TASK.v)
     assert torch._dynamo.utils.counters["stats"]["unique_graphs"] == graphs
 
 
@@ -561,3 +565,22 @@ def test_the_retrieval_model_with_a_component_trains_alike_on_every_path(options
     ]
     np.testing.assert_array_equal(losses[0], losses[1])
     assert np.isfinite(losses[0]).all()
+
+
+def test_compiled_steps_cache_in_the_build_folder():
+    # importing torch._dynamo fixes inductor's cache folder (to /tmp unless set): the
+    # package sets it first, so re-executions of the book reuse _build/inductor
+    code = (
+        "import lengthgen_lite, torch._dynamo\n"
+        "from torch._inductor.runtime.cache_dir_utils import cache_dir\n"
+        "print(cache_dir())"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "TORCHINDUCTOR_CACHE_DIR"}
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert out.stdout.strip() == str(training.INDUCTOR_CACHE)

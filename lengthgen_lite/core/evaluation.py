@@ -142,18 +142,29 @@ def length_metrics(
         }
         unscaled |= {name: _masked_mean(x, positions) for name, x in per_head.items()}
     has_gap = positions & illegal.any(-1)  # every output legal: no gap
+    # what does not depend on the scale, once (the same numbers, bit for bit)
+    log_p = metrics.log_targets(targets)
+    smallest_legal, largest_illegal = metrics.logit_extremes(logits, illegal)
     tables = []
     for scale in scales:
         scaled = logits * scale
         probs = scaled.softmax(dim=-1)
         tv = metrics.total_variation(probs, targets)
+        # (c x)'s extremes are c times x's for c > 0: rounding is monotone
+        gap = (
+            smallest_legal * scale - largest_illegal * scale
+            if scale > 0
+            else metrics.logit_gap(scaled, illegal)
+        )
         per_position = {
             "tv": _masked_mean(tv, positions),
             "invalid_mass": _masked_mean(
                 metrics.invalid_mass(probs, illegal), positions
             ),
-            "kl": _masked_mean(metrics.kl_divergence(targets, scaled), positions),
-            "logit_gap": _masked_mean(metrics.logit_gap(scaled, illegal), has_gap),
+            "kl": _masked_mean(
+                metrics.kl_divergence(targets, scaled, log_p), positions
+            ),
+            "logit_gap": _masked_mean(gap, has_gap),
             "top1_legal": _masked_mean(metrics.top1_legal(scaled, illegal), positions),
             "tv_set": _masked_mean(tv, positions & (n_legal >= 2)),
             "tv_single": _masked_mean(tv, positions & (n_legal == 1)),

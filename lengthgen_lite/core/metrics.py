@@ -33,13 +33,38 @@ def invalid_mass(probs: Tensor, seen: Tensor) -> Tensor:
     return (probs * seen).sum(dim=-1)
 
 
-def kl_divergence(targets: Tensor, logits: Tensor) -> Tensor:
+def log_targets(targets: Tensor) -> Tensor:
+    """log p*, with 0 where p*_i = 0 (those terms contribute 0 to the KL).
+
+    Depends on the targets alone: computed once, it serves every logit scale of an
+    evaluation (:func:`kl_divergence`'s ``log_p``). The log of 1, not of 0, at the
+    zeros: the same values, and log(0) is several times slower on a CPU.
+    """
+    return torch.where(targets > 0, targets, 1.0).log()
+
+
+def kl_divergence(
+    targets: Tensor, logits: Tensor, log_p: Tensor | None = None
+) -> Tensor:
     """KL(p* || softmax(logits)) in nats: [..., v] -> [...]. Terms with p*_i = 0
-    contribute 0."""
+    contribute 0. ``log_p``: :func:`log_targets` of ``targets``, if already computed."""
     _check_same_shape(targets, logits, "targets and logits")
     log_q = logits.log_softmax(dim=-1)
-    log_p = torch.where(targets > 0, targets.log(), torch.zeros_like(targets))
+    log_p = log_targets(targets) if log_p is None else log_p
     return (targets * (log_p - log_q)).sum(dim=-1)
+
+
+def logit_extremes(logits: Tensor, seen: Tensor) -> tuple[Tensor, Tensor]:
+    """(smallest legal logit, largest illegal logit): [..., v] -> two [...] (+inf /
+    -inf where there is none).
+
+    Multiplying the logits by c > 0 multiplies both by c exactly (rounding is
+    monotone), so an evaluation at many logit scales finds them once.
+    """
+    _check_same_shape(logits, seen, "logits and seen")
+    smallest_legal = logits.masked_fill(seen, float("inf")).amin(dim=-1)
+    largest_illegal = logits.masked_fill(~seen, float("-inf")).amax(dim=-1)
+    return smallest_legal, largest_illegal
 
 
 def logit_gap(logits: Tensor, seen: Tensor) -> Tensor:
@@ -49,10 +74,7 @@ def logit_gap(logits: Tensor, seen: Tensor) -> Tensor:
     Positive means every legal token outranks every illegal one; softmax makes the
     separation sharper the larger the gap.
     """
-    _check_same_shape(logits, seen, "logits and seen")
-    inf = torch.tensor(float("inf"), dtype=logits.dtype)
-    smallest_legal = torch.where(seen, inf, logits).amin(dim=-1)
-    largest_illegal = torch.where(seen, logits, -inf).amax(dim=-1)
+    smallest_legal, largest_illegal = logit_extremes(logits, seen)
     return smallest_legal - largest_illegal
 
 

@@ -32,9 +32,9 @@ says which parts apply):
   measures the break-even), fixed shapes (one training size) and no dropout (compiled
   dropout draws other masks), with the attention's tiny products as broadcast sums
   (``forward(broadcast=True)``) that it fuses. The whole step, AdamW and the learning
-  rate schedule included, is one graph (``_compiled_step``), which the next
-  training of the same shapes reuses. Its cache goes to ``_build/inductor``
-  (``TORCHINDUCTOR_CACHE_DIR``), so re-executions compile once.
+  rate schedule included, is one graph (``_compiled_step``), which later trainings
+  of the same model and shapes reuse (seven graphs kept). Its cache goes to
+  ``_build/inductor`` (``TORCHINDUCTOR_CACHE_DIR``), so re-executions compile once.
 
 Both paths give the same losses up to float rounding (``tests/test_core_training.py``).
 """
@@ -77,6 +77,10 @@ CHUNK = 50  # steps whose batches the fast path draws at once
 # million); a chapter's second training of the same shapes reuses the compiled step.
 COMPILE_TOKEN_STEPS = 2_000_000
 INDUCTOR_CACHE = pathlib.Path(__file__).resolve().parents[2] / "_build" / "inductor"
+# Here, at import: importing torch._dynamo (which compiling does) fixes the folder, to
+# /tmp/torchinductor_<user> unless this variable is already set. A folder set by the
+# user wins.
+os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(INDUCTOR_CACHE))
 
 
 @dataclass(frozen=True)
@@ -339,7 +343,9 @@ def _gradients(base: nn.Module, forward_kwargs: Mapping[str, bool]) -> Gradients
     return grad_and_value(summed_loss, has_aux=True)
 
 
-# the compiled step of the last compiled training, by what its graph depends on
+# the compiled steps of the last compiled trainings, by what their graph depends on:
+# a chapter's next configuration with the same model (e.g. the other target kind)
+# reuses its graph instead of tracing it again (seconds each, even from a warm cache)
 _COMPILED: dict[tuple, Callable[..., Tensor]] = {}
 
 
@@ -363,7 +369,8 @@ def _compiled_step(
     (``_adamw_rows``), so no Python number changes between steps. Every tensor is an
     argument, so the next training with the same model, seeds count and optimizer
     (any lr, schedule, weight decay > 0 or steps) reuses the compiled graph instead of
-    tracing it again. Updates params in place; returns the [K] losses.
+    tracing it again, also after other trainings in between. Updates params in place;
+    returns the [K] losses.
     """
     groups = optimizer.param_groups
     (beta1, beta2), eps = groups[0]["betas"], groups[0]["eps"]
@@ -402,11 +409,12 @@ def _compiled_step(
                 p.add_(step_size * m / ((v.sqrt() / bias_correction2_sqrt) + eps))
             return loss
 
-        os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(INDUCTOR_CACHE))
-        # One graph kept at a time: dynamo allows 8 compilations per function and would
-        # silently run further ones eagerly.
-        _COMPILED.clear()
-        torch._dynamo.reset()
+        # Every key's graph is one compilation of `step`; dynamo allows
+        # recompile_limit (8) per function and would silently run further ones
+        # eagerly, so the cache is emptied before it is full.
+        if len(_COMPILED) >= torch._dynamo.config.recompile_limit - 1:
+            _COMPILED.clear()
+            torch._dynamo.reset()
         # realize_reads_threshold=1: with the whole step in one graph, inductor's
         # default (4) inlined the attention backward into the token tables' scatter
         # and recomputed it per table row (ch. 7's models ran 3x slower than with the
