@@ -23,6 +23,7 @@ import time
 from dataclasses import dataclass, replace
 
 import numpy as np
+import torch
 from batched_training import matmul_seconds
 
 from lengthgen_lite.chapters import ch1_set_complement as ch1
@@ -183,8 +184,10 @@ def fast_path(steps: int, repeats: int) -> list[dict[str, object]]:
             for repeat in range(repeats):
                 for path in PATHS:
                     if path == "compiled" and repeat < 2:
-                        # trace again (cold, then warm); later repeats reuse the step
+                        # trace again (cold, then warm: as a new process would);
+                        # later repeats reuse the step
                         training._COMPILED.clear()
+                        torch._dynamo.reset()
                     cpu_ms, step_wall, first_wall = timed(run, path)
                     ms[path].append(cpu_ms)
                     if path == "compiled":

@@ -584,3 +584,33 @@ def test_compiled_steps_cache_in_the_build_folder():
         check=True,
     )
     assert out.stdout.strip() == str(training.INDUCTOR_CACHE)
+
+
+@pytest.mark.parametrize(
+    "model_kwargs, forward_kwargs",
+    [
+        (dict(norm="post", d_mlp=16, n_heads=2), {}),
+        (dict(norm="attn_out", attn_dropout=0.2, resid_dropout=0.2), {}),
+        (dict(norm="none"), {"tables": True, "broadcast": False}),
+    ],
+)
+def test_eager_gradients_are_torch_funcs_bit_for_bit(model_kwargs, forward_kwargs):
+    """The eager step takes gradients with torch.autograd.grad, the compiled one with
+    torch.func.grad_and_value: the same numbers, dropout masks included."""
+    model_cfg = ModelConfig(vocab_size=8, d_model=16, **model_kwargs)
+    models = [training.init_model(model_cfg, seed) for seed in SEEDS]
+    params, buffers = torch.func.stack_module_state(models)
+    base = copy.deepcopy(models[0]).to("meta").train()
+    data = _sample_batches(TASK, 32, 3, [make_generator(s) for s in SEEDS])
+    results = []
+    for traced in (True, False):
+        torch.manual_seed(0)  # the dropout masks
+        results.append(
+            training._gradients(base, forward_kwargs, traced)(params, buffers, data)
+        )
+    (grads_func, (total_func, loss_func)), (grads, (total, loss)) = results
+    assert torch.equal(total, total_func) and torch.equal(loss, loss_func)
+    assert grads.keys() == grads_func.keys()
+    for name, g in grads.items():
+        assert torch.equal(g, grads_func[name]), name
+    assert not any(g.requires_grad for g in grads.values())
