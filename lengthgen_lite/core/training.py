@@ -4,7 +4,7 @@
 parameters are stacked along a new leading axis and the forward pass is
 ``torch.func.vmap``-ed over it. The summed loss has per-model gradients equal to each
 model's own (``torch.autograd.grad`` eagerly; ``torch.func.grad_and_value`` where the
-step is compiled: the same numbers, see :func:`_gradients`), and AdamW acts
+step is compiled: the same numbers, see ``_gradients``), and AdamW acts
 elementwise, so every seed gets the training it would get alone (up to float
 rounding). Batching pays Python and dispatch overhead once per step
 instead of K times; the arithmetic (mostly the d_model x d_model matmuls, already at
