@@ -206,21 +206,35 @@ def test_bad_input_raises(tiny, call, message):
         call(tiny)
 
 
-def test_models_without_attention_weights_are_rejected():
+def test_the_record_is_the_eager_attention_s_whatever_the_model_was_loaded_with(tiny):
+    """record_last_positions runs fused SDPA with weights of the recorded rows only: the
+    eager attention's heads' outputs and weights up to rounding, for a model loaded
+    with either attention, which it gets back afterwards."""
     _offline()
-    from transformers import LlamaConfig, LlamaForCausalLM
+    from transformers import LlamaForCausalLM
 
-    cfg = LlamaConfig(
-        vocab_size=300,
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=1,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        attn_implementation="sdpa",
-    )
-    with pytest.raises(ValueError, match="attn_implementation='eager'"):
-        llama.record_last_positions(LlamaForCausalLM(cfg).eval(), tokens(), [4])
+    t, sizes = tokens(), [4, 9, 24]
+    rows = torch.tensor(sizes) - 1
+    seen = []
+    handles = [
+        layer.self_attn.o_proj.register_forward_pre_hook(
+            lambda m, args: seen.append(args[0][:, rows])
+        )
+        for layer in tiny.model.layers
+    ]
+    with torch.no_grad():
+        eager = tiny(t, output_attentions=True)
+    for handle in handles:
+        handle.remove()
+    sdpa = LlamaForCausalLM(tiny.config.__class__(**tiny.config.to_dict())).eval()
+    sdpa.load_state_dict(tiny.state_dict())
+    sdpa.config._attn_implementation = "sdpa"
+    for model, loaded_with in ((tiny, "eager"), (sdpa, "sdpa")):
+        record = llama.record_last_positions(model, t, sizes)
+        assert model.config._attn_implementation == loaded_with
+        torch.testing.assert_close(record.before_o_proj, torch.stack(seen, 1))
+        weights = torch.stack([a[:, :, rows, 0] for a in eager.attentions], 1)
+        torch.testing.assert_close(record.sink, weights.transpose(2, 3))
 
 
 @pytest.mark.skipif(
