@@ -21,7 +21,8 @@ identical to the last position of its first N tokens, so one forward over max(N)
 reads every N of the grid at once (a unit test checks it). That forward runs PyTorch's
 fused causal attention (SDPA, no N x N weight matrix) and computes attention weights for
 the recorded rows alone (``SINK_ATTENTION``): the same numbers as the eager attention up
-to float rounding (a unit test checks it), a third less time than forming every weight.
+to float rounding (a unit test checks it), in 28 % less time than forming every weight
+(chapter 4's 20 sequences: 40.0 s -> 28.9 s, one thread, AMD EPYC).
 """
 
 from __future__ import annotations
