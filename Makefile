@@ -96,7 +96,7 @@ execute: $(ENV) $(SMOLLM2)
 	  && echo "executed {} in $$(( $$(date +%s) - start )) s"'
 
 # Measures what every chapter costs, what batching seeds buys and what the training loop's fast path
-# buys (about twenty minutes, one thread), then re-executes the speed page that shows it.
+# buys (about thirty minutes, one thread), then re-executes the speed page that shows it.
 # `make bench BENCH_ARGS=--fast-path` measures only the fast path (about fifteen minutes).
 bench: $(ENV) $(SMOLLM2)
 	$(BIN)/python benchmarks/speed.py $(BENCH_ARGS)

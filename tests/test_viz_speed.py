@@ -145,6 +145,7 @@ def test_batching_and_fast_path_numbers():
     ][0]
     assert numbers["speed-x"] == round(expected, 1) and numbers["speed-bound"] == 5.0
     row = {"chapter": "ch5 post-norm", "fast_speedup": 1.14, "compiled_speedup": 1.5}
+    row |= {"compiled_speedup_range": [1.26, 1.74]}
     row |= {
         "compile_cold_s": 20.4,
         "compile_warm_s": 3.6,
@@ -152,7 +153,11 @@ def test_batching_and_fast_path_numbers():
         "break_even_seed_steps": 1249.0,
     }
     row |= {"compiled_ms": 2.0, "limit_ms": 1.0, "batch": 128, "positions": 4}
-    fast = speed.fast_path_numbers({"rows": [row], "load_before": [0.25, 1.0, 1.0]})
+    fast = speed.fast_path_numbers(
+        {"rows": [row], "load_before": [0.25, 1.0, 1.0], "repeats": 5}
+    )
+    assert (fast["speed-compiled-x-low"], fast["speed-compiled-x-high"]) == (1.3, 1.7)
+    assert fast["speed-repeats"] == 5
     assert fast["speed-compile-cold"] == 20 and fast["speed-break-even"] == 1200
     assert fast["speed-limit-x"] == 2.0 and fast["speed-fast-load"] == "0.2, 1.0, 1.0"
     # 1249 seed-steps x 128 sequences x 4 positions

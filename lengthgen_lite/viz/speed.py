@@ -209,6 +209,10 @@ def fast_path_numbers(
     return {
         "speed-fast-x": round(float(row["fast_speedup"]), 1),
         "speed-compiled-x": round(float(row["compiled_speedup"]), 1),
+        # the lowest and the highest of the repeats' own ratios
+        "speed-compiled-x-low": round(float(row["compiled_speedup_range"][0]), 1),
+        "speed-compiled-x-high": round(float(row["compiled_speedup_range"][1]), 1),
+        "speed-repeats": int(fast["repeats"]),
         "speed-compile-cold": round(float(row["compile_cold_s"])),
         "speed-compile-warm": round(float(row["compile_warm_s"])),
         "speed-break-even": int(round(float(row["break_even_seed_steps"]), -2)),
