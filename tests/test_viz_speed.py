@@ -146,6 +146,7 @@ def test_batching_and_fast_path_numbers():
     assert numbers["speed-x"] == round(expected, 1) and numbers["speed-bound"] == 5.0
     row = {"chapter": "ch5 post-norm", "fast_speedup": 1.14, "compiled_speedup": 1.5}
     row |= {"compiled_speedup_range": [1.26, 1.74]}
+    row |= {"repeats_ms": {"reference": [3.0, 2.5, 2.61], "compiled": [2.0, 1.75, 1.9]}}
     row |= {
         "compile_cold_s": 20.4,
         "compile_warm_s": 3.6,
@@ -158,6 +159,14 @@ def test_batching_and_fast_path_numbers():
     )
     assert (fast["speed-compiled-x-low"], fast["speed-compiled-x-high"]) == (1.3, 1.7)
     assert fast["speed-repeats"] == 5
+    assert (fast["speed-reference-ms-low"], fast["speed-reference-ms-high"]) == (
+        2.5,
+        3.0,
+    )
+    assert (fast["speed-compiled-ms-low"], fast["speed-compiled-ms-high"]) == (
+        1.75,
+        2.0,
+    )
     assert fast["speed-compile-cold"] == 20 and fast["speed-break-even"] == 1200
     assert fast["speed-limit-x"] == 2.0 and fast["speed-fast-load"] == "0.2, 1.0, 1.0"
     # 1249 seed-steps x 128 sequences x 4 positions

@@ -213,6 +213,12 @@ def fast_path_numbers(
         "speed-compiled-x-low": round(float(row["compiled_speedup_range"][0]), 1),
         "speed-compiled-x-high": round(float(row["compiled_speedup_range"][1]), 1),
         "speed-repeats": int(fast["repeats"]),
+        # each path's fastest and slowest repeat, ms per seed-step
+        **{
+            f"speed-{path}-ms-{end}": round(float(pick(row["repeats_ms"][path])), 2)
+            for path in ("reference", "compiled")
+            for end, pick in (("low", min), ("high", max))
+        },
         "speed-compile-cold": round(float(row["compile_cold_s"])),
         "speed-compile-warm": round(float(row["compile_warm_s"])),
         "speed-break-even": int(round(float(row["break_even_seed_steps"]), -2)),
