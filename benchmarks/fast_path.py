@@ -184,7 +184,8 @@ def fast_path(steps: int, repeats: int) -> list[dict[str, object]]:
             for repeat in range(repeats):
                 # each repeat starts with another path, so none always runs first
                 # or last (a machine whose speed drifts would favour one)
-                for path in PATHS[repeat % 3 :] + PATHS[: repeat % 3]:
+                first = repeat % len(PATHS)
+                for path in PATHS[first:] + PATHS[:first]:
                     if path == "compiled" and repeat < 2:
                         # trace again (cold, then warm: as a new process would);
                         # later repeats reuse the step
