@@ -23,7 +23,8 @@ from ..core.tasks import SetComplement
 from ..core.training import TargetKind, TrainConfig, TrainResult, train
 from ..core.validation import require_int
 from ..runs import Spec
-from ..runs.scorecard import Claim, verdict
+from ..runs.claims import Claim
+from ..runs.scorecard import Row, verdict
 
 V = 16
 TRAIN_LENGTH = 4
@@ -175,7 +176,7 @@ def fails_long_margin(tables: Sequence[LengthTable]) -> np.ndarray:
     return stack_metric(tables, "tv")[:, -1] - 0.5
 
 
-def scorecard(tables: Sequence[LengthTable], train_length: int) -> list[Claim]:
+def scorecard(tables: Sequence[LengthTable], train_length: int) -> list[Row]:
     """Chapter 1's scorecard row, the premise of both papers: every seed fits the
     training lengths (TV below 0.01), fails the longest input (TV above 0.5) and gets
     worse at every step in between. ``tables``: the soft-target model, one per seed."""
@@ -196,7 +197,7 @@ def scorecard(tables: Sequence[LengthTable], train_length: int) -> list[Claim]:
         f"at the training lengths s ≤ {train_length}; {len(tables)} seeds"
     )
     verdict_word = verdict(worse_beyond.all(), partly=worse_beyond.any())
-    return [Claim("ch1-score-fails", verdict_word, number)]
+    return [Row("ch1-score-fails", verdict_word, number)]
 
 
 def sampled_numbers(
@@ -217,3 +218,19 @@ def sampled_numbers(
         "sampled_excess_min": round(float(excess.min()), 3),
         "sampled_excess_mean": round(float(excess.mean()), 3),
     }
+
+
+# --- the chapter's claim, declared once (book/scorecard.md) ---------------------------
+# SESOI: 0.01 of TV, the book's smallest difference of interest in a distribution (one
+# hundredth of the probability mass).
+FAILS = Claim(
+    "ch1-score-fails",
+    "Trained on short inputs, a transformer fails on longer ones (the premise of both "
+    "papers)",
+    "both papers [paper]",
+    metric="TV at s = v - 1",
+    unit="TV",
+    effect="TV at s = v - 1 minus 0.5",
+    sesoi=0.01,
+    cells=("targets", "init", "lr"),
+)

@@ -20,7 +20,8 @@ from torch import Tensor, nn
 
 from ..core.evaluation import PATTERN, LengthTable, loglog_slope, stack_metric
 from ..core.model import run_with_cache
-from ..runs.scorecard import Claim, verdict
+from ..runs.claims import Claim
+from ..runs.scorecard import Row, verdict
 
 # soft targets: the gap's fitted exponent is -1 within this, in every seed
 EXPONENT_TOL = 0.1
@@ -150,7 +151,7 @@ def spread(tables: Sequence[LengthTable]) -> Spread:
     )
 
 
-def dispersion_claim(spreads: Mapping[str, Spread]) -> tuple[np.ndarray, Claim]:
+def dispersion_claim(spreads: Mapping[str, Spread]) -> tuple[np.ndarray, Row]:
     """Scorecard: attention disperses. The test a sharp head fails: no token gets twice
     its uniform share 1/s, at any s >= 2, in any seed. Returns the margins ``2 - s max
     a`` [runs, K] (> 0 where it holds) and the claim; ``spreads`` holds "soft targets"
@@ -163,7 +164,7 @@ def dispersion_claim(spreads: Mapping[str, Spread]) -> tuple[np.ndarray, Claim]:
         f"{sampled.ratio.min():.3f} (sampled), {len(soft.ratio)} seeds each; "
         f"largest weight at most {sampled.peak.max():.2f}/s"
     )
-    claim = Claim(
+    claim = Row(
         "ch2-score-dispersion",
         verdict(all(holds_per_run), partly=any(holds_per_run)),
         number,
@@ -171,7 +172,7 @@ def dispersion_claim(spreads: Mapping[str, Spread]) -> tuple[np.ndarray, Claim]:
     return np.stack(list(margins.values())), claim
 
 
-def gap_claim(slopes: Mapping[str, np.ndarray], tolerance: float, v: int) -> Claim:
+def gap_claim(slopes: Mapping[str, np.ndarray], tolerance: float, v: int) -> Row:
     """Scorecard: the gap shrinks like 1/s (soft targets: exponent -1 within
     ``tolerance`` in every seed); sampled targets shrink it faster. ``slopes``: [K] per
     run."""
@@ -183,7 +184,7 @@ def gap_claim(slopes: Mapping[str, np.ndarray], tolerance: float, v: int) -> Cla
         f"{soft.max():.2f}); sampled targets faster: {sampled.min():.2f} to "
         f"{sampled.max():.2f}"
     )
-    return Claim("ch2-score-gap", verdict(within.all(), partly=within.any()), number)
+    return Row("ch2-score-gap", verdict(within.all(), partly=within.any()), number)
 
 
 def gap_exponents(
@@ -247,3 +248,26 @@ def implied_invalid_mass(gap: np.ndarray, v: int) -> np.ndarray:
     v-1]."""
     s = np.arange(1, np.shape(gap)[-1] + 1)
     return s * np.exp(-gap) / (s * np.exp(-gap) + v - s)
+
+
+# --- the chapter's claims, declared once (book/scorecard.md) --------------------------
+DISPERSION = Claim(
+    "ch2-score-dispersion",
+    "Attention disperses: spread over more tokens as the input grows",
+    "2510.08341 [paper]",
+    metric="the largest attention weight times s, over s >= 2",
+    unit="s x weight",
+    effect="2 minus the largest s x attention weight",
+    sesoi=0.1,  # a tenth of a token's uniform share
+    cells=("targets", "init", "lr"),
+)
+GAP = Claim(
+    "ch2-score-gap",
+    "Dispersion shrinks the gap between legal and illegal logits like 1/s",
+    "2510.08341 [paper]; the 1/s rate [ours]",
+    metric="the logit gap's power-law exponent over s >= 2",
+    unit="exponent",
+    effect=f"{EXPONENT_TOL} minus |exponent + 1|",
+    sesoi=0.02,  # a fifth of the tolerance
+    cells=("init", "lr"),
+)

