@@ -220,10 +220,10 @@ def sampled_numbers(
     }
 
 
-# --- the chapter's claim, declared once (book/scorecard.md) ---------------------------
+# The chapter's scorecard claims, declared once (book/scorecard.md).
 # SESOI: 0.01 of TV, the book's smallest difference of interest in a distribution (one
 # hundredth of the probability mass).
-FAILS = Claim(
+FAILS_CLAIM = Claim(
     "ch1-score-fails",
     "Trained on short inputs, a transformer fails on longer ones (the premise of both "
     "papers)",

@@ -250,8 +250,8 @@ def implied_invalid_mass(gap: np.ndarray, v: int) -> np.ndarray:
     return s * np.exp(-gap) / (s * np.exp(-gap) + v - s)
 
 
-# --- the chapter's claims, declared once (book/scorecard.md) --------------------------
-DISPERSION = Claim(
+# The chapter's scorecard claims, declared once (book/scorecard.md).
+DISPERSION_CLAIM = Claim(
     "ch2-score-dispersion",
     "Attention disperses: spread over more tokens as the input grows",
     "2510.08341 [paper]",
@@ -261,7 +261,7 @@ DISPERSION = Claim(
     sesoi=0.1,  # a tenth of a token's uniform share
     cells=("targets", "init", "lr"),
 )
-GAP = Claim(
+GAP_CLAIM = Claim(
     "ch2-score-gap",
     "Dispersion shrinks the gap between legal and illegal logits like 1/s",
     "2510.08341 [paper]; the 1/s rate [ours]",

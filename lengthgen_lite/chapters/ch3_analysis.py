@@ -403,8 +403,8 @@ def kl_examples(
     return tables
 
 
-# --- the chapter's claims, declared once (book/scorecard.md): constructions ----------
-LOWER_BOUND = Claim(
+# The chapter's scorecard claims, declared once (book/scorecard.md).
+LOWER_BOUND_CLAIM = Claim(
     "ch3-score-lower-bound",
     "Theorem, lower bound: a one-layer attention-only model needs d, d_v >= v - 1",
     "2510.08341: the theorem [paper], its statement [secondary]",
@@ -414,7 +414,7 @@ LOWER_BOUND = Claim(
     sesoi=None,
     kind="demonstration",
 )
-SUFFICIENT = Claim(
+SUFFICIENT_CLAIM = Claim(
     "ch3-score-sufficient",
     "Theorem, tightness: d = d_v = v - 1 suffices",
     "2510.08341: the theorem [paper], its statement [secondary]",

@@ -529,8 +529,8 @@ def counterexample_numbers(margin: np.ndarray, law: np.ndarray) -> dict[str, flo
     }
 
 
-# --- the chapter's claims, declared once (book/scorecard.md): constructions ----------
-PRECISION = Claim(
+# The chapter's scorecard claims, declared once (book/scorecard.md).
+PRECISION_CLAIM = Claim(
     "ch3-score-precision",
     "Theorem, generalisation: precision C at lengths 1-2 (balanced displacement) gives "
     "precision 2C/s at length s",
@@ -541,7 +541,7 @@ PRECISION = Claim(
     sesoi=None,
     kind="demonstration",
 )
-LN_GAP = Claim(
+LN_GAP_CLAIM = Claim(
     "ch3-score-ln-gap",
     "A norm on the attention output undoes the 1/s compression: the gap becomes "
     "v/sqrt(s(v - s)) >= 2",

@@ -694,8 +694,8 @@ def scorecard(
     ]
 
 
-# --- the chapter's claim, declared once (book/scorecard.md) ---------------------------
-LLAMA = Claim(
+# The chapter's scorecard claims, declared once (book/scorecard.md).
+LLAMA_CLAIM = Claim(
     "ch4-score-llama",
     "The decay shows in a real pretrained model (the paper: Llama-3.2-1B; here "
     "SmolLM2-135M, a 4-bit Llama-family decoder)",

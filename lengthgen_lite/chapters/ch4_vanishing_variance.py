@@ -1049,10 +1049,10 @@ def rescaling_glue(
     }
 
 
-# --- the chapter's claims, declared once (book/scorecard.md) --------------------------
+# The chapter's scorecard claims, declared once (book/scorecard.md).
 # SESOI: 0.03 of accuracy (three queries in a hundred) for the retrieval tasks; 0.05 for
 # a dimensionless ratio of variances or a drift in units of the feature spread.
-LAW = Claim(
+LAW_CLAIM = Claim(
     "ch4-score-law",
     "The variance of attention outputs vanishes with length (std ~ N^-1/2 under "
     "diffuse attention)",
@@ -1063,7 +1063,7 @@ LAW = Claim(
     sesoi=None,
     kind="demonstration",
 )
-LN_DICT = Claim(
+LN_DICT_CLAIM = Claim(
     "ch4-score-ln-dict",
     "LayerNorm after attention improves length generalisation: dictionary lookup",
     "2504.02827 [paper]",
@@ -1073,7 +1073,7 @@ LN_DICT = Claim(
     sesoi=0.03,
     cells=("item_mlp", "init", "lr"),
 )
-LN_ARGMAX = Claim(
+LN_ARGMAX_CLAIM = Claim(
     "ch4-score-ln-argmax",
     "LayerNorm after attention improves length generalisation: argmax retrieval",
     "2504.02827 [paper]",
@@ -1083,7 +1083,7 @@ LN_ARGMAX = Claim(
     sesoi=0.03,
     cells=("item_mlp", "init", "lr"),
 )
-SHIFT = Claim(
+SHIFT_CLAIM = Claim(
     "ch4-score-shift",
     "LayerNorm reduces the distribution shift only partially",
     "2504.02827 [paper]",
@@ -1093,7 +1093,7 @@ SHIFT = Claim(
     sesoi=0.05,
     cells=("task", "norm_kind", "item_mlp", "init", "lr"),
 )
-MEAN_DRIFT = Claim(
+MEAN_DRIFT_CLAIM = Claim(
     "ch4-score-mean-drift",
     "The global mean of the attention output drifts with N",
     "2504.02827 [secondary]",

@@ -703,10 +703,10 @@ def scorecard(
     ]
 
 
-# --- the chapter's claims, declared once (book/scorecard.md) --------------------------
-# SESOI: 0.01 of TV beyond the training lengths; 0.05 of a dimensionless ratio (the gap's
-# growth against its bar, the attention entropy over log s against its line).
-POSTNORM = Claim(
+# The chapter's scorecard claims, declared once (book/scorecard.md).
+# SESOI: 0.01 of TV beyond the training lengths; 0.05 of a dimensionless ratio (the
+# gap's growth against its bar, the attention entropy over log s against its line).
+POSTNORM_CLAIM = Claim(
     "ch5-score-postnorm",
     "Post-Norm length-generalises better on set complement",
     "2510.08341 v2 [paper]",
@@ -716,7 +716,7 @@ POSTNORM = Claim(
     sesoi=0.01,
     cells=("targets", "init", "lr"),
 )
-RESHARPEN = Claim(
+RESHARPEN_CLAIM = Claim(
     "ch5-score-resharpen",
     "Post-Norm resharpens attention",
     "2510.08341 v2 [paper]",
@@ -726,7 +726,7 @@ RESHARPEN = Claim(
     sesoi=0.05,
     cells=("part", "targets", "init", "lr"),
 )
-DROPOUT = Claim(
+DROPOUT_CLAIM = Claim(
     "ch5-score-dropout",
     "Dropout counteracts dispersion",
     "2510.08341 v1 [paper]",

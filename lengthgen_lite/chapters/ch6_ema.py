@@ -1058,9 +1058,9 @@ def search_claim(
     )
 
 
-# --- the chapter's claims, declared once (book/scorecard.md) --------------------------
+# The chapter's scorecard claims, declared once (book/scorecard.md).
 # SESOI: 0.01 of TV beyond the training lengths, for every remedy.
-EMA = Claim(
+EMA_CLAIM = Claim(
     "ch6-score-ema",
     "EMA of the weights tames the noise of many legal next tokens and helps length "
     "generalisation",
@@ -1071,7 +1071,7 @@ EMA = Claim(
     sesoi=0.01,
     cells=("averager", "norm", "init", "lr"),
 )
-TEMPERATURE = Claim(
+TEMPERATURE_CLAIM = Claim(
     "ch6-score-temperature",
     "EMA's gain is more than a change of logit temperature (the book's control)",
     "[ours]",
@@ -1081,7 +1081,7 @@ TEMPERATURE = Claim(
     sesoi=0.01,
     cells=("norm", "init", "lr"),
 )
-BEMA = Claim(
+BEMA_CLAIM = Claim(
     "ch6-score-bema",
     "Bias-corrected EMA (BEMA) helps",
     "2510.08341 [secondary]",
@@ -1091,7 +1091,7 @@ BEMA = Claim(
     sesoi=0.01,
     cells=("norm", "resid_dropout", "init"),
 )
-SEARCH = Claim(
+SEARCH_CLAIM = Claim(
     "ch6-score-search",
     "A random hyperparameter search finds dropout and (B)EMA improve length "
     "generalisation",

@@ -332,9 +332,9 @@ def predictions(models: Sequence[nn.Module], tokens: torch.Tensor) -> np.ndarray
     )
 
 
-# --- the chapter's claims, declared once (book/scorecard.md) --------------------------
+# The chapter's scorecard claims, declared once (book/scorecard.md).
 # SESOI: 0.01 of TV beyond the training lengths.
-GAME = Claim(
+GAME_CLAIM = Claim(
     "ch7-score-game",
     "The placements order on a board game as on set complement (4x4 Tic-Tac-Toe on "
     "random legal moves)",
@@ -345,7 +345,7 @@ GAME = Claim(
     sesoi=0.01,
     cells=("pair", "init"),
 )
-GAME_EMA = Claim(
+GAME_EMA_CLAIM = Claim(
     "ch7-score-game-ema",
     "EMA helps on the board game",
     "2510.08341 v1 [paper]",
@@ -355,7 +355,7 @@ GAME_EMA = Claim(
     sesoi=0.01,
     cells=("norm", "init"),
 )
-LANGUAGES = Claim(
+LANGUAGES_CLAIM = Claim(
     "ch7-score-languages",
     "Post-Norm helps on a suite of formal languages (the paper's suite is "
     "unpublished; here a^n b^n, unlock, no-repeat)",

@@ -103,7 +103,7 @@ def fails(baseline: Results) -> Decision:
     """Chapter 1's premise: the soft-target model's TV at the longest length stays above
     0.5 (the live row's threshold) in every cell."""
     effects = level_effects(baseline, "tv_longest", minus=0.5, targets="soft")
-    return ch1.FAILS.decide(effects, "reference")
+    return ch1.FAILS_CLAIM.decide(effects, "reference")
 
 
 def postnorm(placements: Results) -> Decision:
@@ -112,7 +112,7 @@ def postnorm(placements: Results) -> Decision:
     effects = paired_effects(
         placements, "tv_beyond", treated={"norm": "post"}, control={"norm": "none"}
     )
-    return ch5.POSTNORM.decide(effects, "reference")
+    return ch5.POSTNORM_CLAIM.decide(effects, "reference")
 
 
 def _gap_growth_margin(results: Results, **where: object) -> np.ndarray:
@@ -142,7 +142,7 @@ def resharpen(placements: Results) -> Decision:
     effects = _labelled(gap, part="gap restored") + _labelled(
         sharp, part="attention sharpened"
     )
-    return ch5.RESHARPEN.decide(effects, "reference")
+    return ch5.RESHARPEN_CLAIM.decide(effects, "reference")
 
 
 DROPOUT_RATES = (0.0, 0.1, 0.3)
@@ -160,7 +160,7 @@ def dropout(sweep: Results) -> Decision:
         treated = {"attn_dropout": attn, "resid_dropout": resid}
         for effect in paired_effects(sweep, "tv_beyond", treated, control):
             effects.append(dataclasses.replace(effect, cell=effect.cell | treated))
-    return ch5.DROPOUT.decide(effects, "reference")
+    return ch5.DROPOUT_CLAIM.decide(effects, "reference")
 
 
 def dropout_numbers(sweep: Results) -> dict[str, float]:
@@ -194,7 +194,7 @@ def dispersion(baseline: Results) -> Decision:
     twice its uniform share 1/s at any s >= 2; the effect is 2 - max_s s x largest
     weight per seed, in every cell (target kind x init x learning rate)."""
     effects = level_effects(baseline, _peak_margin)
-    return ch2.DISPERSION.decide(effects, "reference")
+    return ch2.DISPERSION_CLAIM.decide(effects, "reference")
 
 
 def _exponent_margin(results: Results, **where: object) -> np.ndarray:
@@ -209,14 +209,17 @@ def gap_exponent(baseline: Results) -> Decision:
     exponent over s >= 2 is -1 within chapter 2's tolerance, per seed, in every cell
     (init x learning rate)."""
     effects = level_effects(baseline, _exponent_margin, targets="soft")
-    return ch2.GAP.decide(effects, "reference")
+    return ch2.GAP_CLAIM.decide(effects, "reference")
 
 
 # chapter 4's variants as the sweep's fields (control and treated set the same ones)
 NO_NORM = {"norm": "none", "norm_kind": "layernorm"}
 LAYERNORM = {"norm": "attn_out", "norm_kind": "layernorm"}
 RETRIEVAL_KEYS = {"dictionary_lookup": "dict", "argmax_retrieval": "argmax"}
-LN_CLAIMS = {"dictionary_lookup": ch4.LN_DICT, "argmax_retrieval": ch4.LN_ARGMAX}
+LN_CLAIMS = {
+    "dictionary_lookup": ch4.LN_DICT_CLAIM,
+    "argmax_retrieval": ch4.LN_ARGMAX_CLAIM,
+}
 
 
 def layernorm_gain(sweep: Results, task: str) -> Decision:
@@ -250,7 +253,7 @@ def mean_drift(sweep: Results) -> Decision:
     (task x W_V/W_O biases or none x item MLP x init x learning rate): with biases, the
     mean is no longer zero by symmetry."""
     effects = level_effects(sweep, _drift, minus=0.1, **NO_NORM)
-    return ch4.MEAN_DRIFT.decide(effects, "reference", detail=partial_note(sweep))
+    return ch4.MEAN_DRIFT_CLAIM.decide(effects, "reference", detail=partial_note(sweep))
 
 
 def _ratios(results: Results, **where: object) -> tuple[np.ndarray, np.ndarray]:
@@ -283,7 +286,7 @@ def shift(sweep: Results) -> Decision:
     raised = level_effects(sweep, _raised_margin, **normed)
     left = level_effects(sweep, _left_margin, **normed)
     effects = _labelled(raised, part="raised") + _labelled(left, part="still below 1")
-    return ch4.SHIFT.decide(effects, "reference", detail=partial_note(sweep))
+    return ch4.SHIFT_CLAIM.decide(effects, "reference", detail=partial_note(sweep))
 
 
 def shift_numbers(sweep: Results, step: int | None = None) -> dict[str, float]:
@@ -367,7 +370,7 @@ def ema_helps(grid: Results) -> Decision:
     for variant in _averagers(grid, "ema"):
         gain = level_effects(grid, _raw_minus(variant))
         effects += _labelled(gain, averager=variant)
-    return ch6.EMA.decide(effects, "reference")
+    return ch6.EMA_CLAIM.decide(effects, "reference")
 
 
 def _best_scale_gap(results: Results, **where: object) -> np.ndarray:
@@ -395,15 +398,14 @@ def temperature(grid: Results) -> Decision:
             "sweep with at least two logit scales"
         )
     effects = level_effects(grid, _best_scale_gap)
-    scales = ", ".join(f"{c:g}" for c in grid.spec.scales)
-    return ch6.TEMPERATURE.decide(effects, "reference")
+    return ch6.TEMPERATURE_CLAIM.decide(effects, "reference")
 
 
 def bema_helps(search: Results) -> Decision:
     """Chapter 6: BEMA helps. Raw minus BEMA TV beyond L, per seed, in every cell of
     ch6/search's design (norm x residual dropout x init), sampled targets."""
     effects = level_effects(search, _raw_minus(_averagers(search, "bema")[0]))
-    return ch6.BEMA.decide(effects, "reference")
+    return ch6.BEMA_CLAIM.decide(effects, "reference")
 
 
 def search_finds(search: Results) -> Decision:
@@ -426,7 +428,7 @@ def search_finds(search: Results) -> Decision:
         effects += _labelled(drop, remedy=f"resid_dropout {rate:g}")
     ema = level_effects(search, _raw_minus(_averagers(search, "ema")[0]))
     effects += _labelled(ema, remedy="ema")
-    return ch6.SEARCH.decide(effects, "reference")
+    return ch6.SEARCH_CLAIM.decide(effects, "reference")
 
 
 GAME = {"task": "tictactoe", "targets": "sampled"}
@@ -444,14 +446,14 @@ def game_order(sweep: Results) -> Decision:
             sweep, "tv_beyond", {"norm": treated}, {"norm": control}, **GAME
         )
         effects += _labelled(gain, pair=f"{control} - {treated}")
-    return ch7.GAME.decide(effects, "reference")
+    return ch7.GAME_CLAIM.decide(effects, "reference")
 
 
 def game_ema(sweep: Results) -> Decision:
     """Chapter 7: EMA helps on the game. Raw minus EMA TV beyond the training lengths,
     per seed, sampled targets, in every cell (placement x init)."""
     effects = level_effects(sweep, _raw_minus("ema"), **GAME)
-    return ch7.GAME_EMA.decide(effects, "reference")
+    return ch7.GAME_EMA_CLAIM.decide(effects, "reference")
 
 
 def languages(sweep: Results) -> Decision:
@@ -462,7 +464,7 @@ def languages(sweep: Results) -> Decision:
     effects = paired_effects(
         sweep, "tv_beyond", {"norm": "post"}, {"norm": "none"}, task="anbn"
     )
-    return ch7.LANGUAGES.decide(effects, "reference")
+    return ch7.LANGUAGES_CLAIM.decide(effects, "reference")
 
 
 def partial_note(sweep: Results) -> str:

@@ -1,5 +1,5 @@
-"""Effects at the reference scale: a claim's paired effect, or a level, in every cell of a
-sensitivity grid and at every checkpoint, with its t-interval over seeds, whether the
+"""Effects at the reference scale: a claim's paired effect, or a level, in every cell of
+a sensitivity grid and at every checkpoint, with its t-interval over seeds, whether the
 trainings had converged, and how many of their seeds collapsed.
 
 A claim compares a *treated* configuration with a *control* (post-norm against no norm,

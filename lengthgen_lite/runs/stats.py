@@ -1,5 +1,5 @@
-"""Statistics over seeds: t-intervals, equivalence tests, pooled estimates, and whether a
-training converged or collapsed.
+"""Statistics over seeds: t-intervals, equivalence tests, pooled estimates, and whether
+a training converged or collapsed.
 
 Seeds are the unit of replication. A claim compares two configurations trained on the
 same seeds, so its uncertainty is a *paired* t-interval over seeds: the per-seed
@@ -119,8 +119,9 @@ def paired_interval(
 
 
 def equivalent(interval: Interval, sesoi: float, alpha: float = TOST_ALPHA) -> bool:
-    """TOST: both one-sided tests at ``alpha`` reject an effect of ``sesoi`` or more in
-    either direction, i.e. the ``1 - 2 alpha`` interval lies inside ``(-sesoi, sesoi)``."""
+    """TOST: both one-sided tests at ``alpha`` reject an effect of ``sesoi`` or more
+    in either direction: the ``1 - 2 alpha`` interval lies inside ``(-sesoi, sesoi)``.
+    """
     require_number("sesoi", sesoi, 0.0, strict=True)
     require_number("alpha", alpha, 0.0, 0.5, strict=True)
     narrow = interval.at_level(1 - 2 * alpha)
