@@ -2,7 +2,7 @@
 margins`).
 
 The notebook tests record each claim a chapter asserts through
-`lengthgen_lite.core.claims.holds` in `_build/margins/<run>/<notebook>.jsonl`, one run
+`lengthgen_lite.runs.claims` (`Claim.require`, `Claim.holds`) in `_build/margins/<run>/<notebook>.jsonl`, one run
 on the seeds the stored outputs use and one on new seeds. This prints one row per claim:
 its slack in units of its seed spread on each run, the smaller marked. A claim with less
 than `MIN_SPREADS` on either run sits on a knife edge: the report then exits 1, so `make
@@ -17,7 +17,7 @@ import math
 import pathlib
 import sys
 
-from lengthgen_lite.core.claims import Margin, load_margins
+from lengthgen_lite.runs.claims import Margin, load_margins
 
 RUNS = ("stored-outputs", "new-seeds")
 MIN_SPREADS = 1.0

@@ -18,7 +18,7 @@ so a failure is named by its notebook and cell
   compared; every claim a chapter asserts must hold.
 
 Every run's kernel records the margin of each claim it asserts through
-`lengthgen_lite.core.claims` in `<--nb-margins>/<run>/<notebook>.jsonl` (default
+`lengthgen_lite.runs.claims` in `<--nb-margins>/<run>/<notebook>.jsonl` (default
 `_build/margins`); `margins_report.py` tabulates them.
 
 After a cell raises, the rest of its run is skipped (its later cells would fail only for
@@ -46,7 +46,7 @@ import pytest
 from nbval.plugin import IPyNbCell, IPyNbFile, NbCellError
 
 from costliest_first import costliest_first
-from lengthgen_lite.core.claims import MARGINS_FILE_VARIABLE
+from lengthgen_lite.runs.claims import MARGINS_FILE_VARIABLE
 from lengthgen_lite.core.seeding import SEED_OFFSET_VARIABLE
 from nbcompare import Report, compare_cell
 

@@ -18,7 +18,7 @@ from sphinx.cmd.build import build_main
 
 import lengthgen_lite
 from lengthgen_lite.runs.results import provenance
-from lengthgen_lite.runs.scorecard import VERDICTS as PACKAGE_VERDICTS
+from lengthgen_lite.runs.claims import VERDICTS as PACKAGE_VERDICTS
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "book" / "_ext"))
@@ -121,8 +121,12 @@ def test_every_verdict_has_a_badge():
 
 def test_verdict_counts():
     assert ext.verdict_counts(
-        ["not reproduced", "reproduced", "reproduced", "robust null"]
-    ) == [("reproduced", 2), ("not reproduced", 1), ("robust null", 1)]
+        ["reversed", "reproduced", "reproduced", "no effect"]
+    ) == [
+        ("reproduced", 2),
+        ("no effect", 1),
+        ("reversed", 1),
+    ]
     with pytest.raises(ValueError, match="unknown verdict"):
         ext.verdict_counts(["reproduced", "mostly"])
 
@@ -140,7 +144,17 @@ Scorecard
    claim  verdict            number
    =====  =================  ======
    a      reproduced         1.0
-   b      robust null        2.0
+   b      no effect          2.0
+   c      reproduced         3.0
+   =====  =================  ======
+
+.. table::
+   :class: reference-scorecard
+
+   =====  =================  ======
+   claim  reference verdict  number
+   =====  =================  ======
+   a      mixed              1.0
    c      reproduced         3.0
    =====  =================  ======
 """
@@ -175,14 +189,16 @@ def test_a_real_build_badges_counts_and_chapter_line(tmp_path):
     assert status == 0
     index = (out / "index.html").read_text()
     assert re.search(
-        r'<p class="verdict-summary"><strong>3 claims: </strong>2 <span '
-        r'class="verdict verdict-reproduced">'
-        r'reproduced</span>, 1 <span class="verdict '
-        r'verdict-robust-null">robust null</span></p>',
+        r'<p class="verdict-summary"><strong>at the reference scale, 2 claims: '
+        r'</strong>1 <span class="verdict verdict-reproduced">reproduced</span>, 1 '
+        r'<span class="verdict verdict-mixed">mixed</span>; <strong>in the live '
+        r"runs of the chapters, 3 claims: </strong>2 <span "
+        r'class="verdict verdict-reproduced">reproduced</span>, 1 <span '
+        r'class="verdict verdict-no-effect">no effect</span></p>',
         index,
     )
-    # two rows and the summary
-    assert index.count('class="verdict verdict-reproduced"') == 3
+    # three rows and two in the summary
+    assert index.count('class="verdict verdict-reproduced"') == 5
     chapter = (out / "notebooks" / "01_x.html").read_text()
     assert (
         "Execution time: about 12 s for the whole chapter on a 2-core CPU "
@@ -202,6 +218,6 @@ def test_a_real_build_badges_counts_and_chapter_line(tmp_path):
 
 def test_a_real_build_fails_on_an_unknown_verdict(tmp_path):
     status, _ = build(
-        tmp_path, SCORECARD.replace("robust null        2.0", "mostly true        2.0")
+        tmp_path, SCORECARD.replace("no effect          2.0", "mostly true        2.0")
     )
     assert status != 0

@@ -52,11 +52,16 @@ def test_bad_inputs_raise():
 
 # --- the chapter's measurements and scorecard rows ------------------------------------
 
+import dataclasses  # noqa: E402
+
 import torch  # noqa: E402
 
 from lengthgen_lite.chapters.ch2_attention_dispersion import (  # noqa: E402
+    DISPERSION_CLAIM,
+    GAP_CLAIM,
     departure_from_uniform,
     dispersion_claim,
+    dispersion_margins,
     gap_claim,
     gap_exponents,
     gap_numbers,
@@ -104,10 +109,17 @@ def test_spread_of_uniform_attention_and_its_numbers():
     numbers = spread_numbers({"soft targets": sp, "sampled targets": sp}, v=6)
     assert numbers["ratio_min_soft"] == 1.0 and numbers["peak_max_sampled"] == 1.0
     assert numbers["log_long"] == round(float(np.log(5)), 3)
-    margins, claim = dispersion_claim({"soft targets": sp, "sampled targets": sp})
-    np.testing.assert_allclose(margins, 1.0)  # 2 - s max a
-    assert claim.key == "ch2-score-dispersion" and claim.verdict == "reproduced"
-    assert "1.000 (soft targets)" in claim.number and "2 seeds each" in claim.number
+    runs = {"soft targets": sp, "sampled targets": sp}
+    for margin in dispersion_margins(runs).values():
+        np.testing.assert_allclose(margin, 1.0)  # 2 - s max a
+    wobble = dataclasses.replace(sp, peak=sp.peak * np.array([[1.0], [1.1]]))
+    claim = dispersion_claim({**runs, "sampled targets": wobble}, step=1000)
+    assert claim.claim is DISPERSION_CLAIM and claim.word == "reproduced"
+    assert [e.cell["targets"] for e in claim.final] == ["soft", "sampled"]
+    assert claim.final[0].step == 1000 and claim.final[0].cell["lr"] == 3e-3
+    assert (
+        "1.000 (soft targets)" in claim.number and "2 cells x 2 seeds" in claim.number
+    )
 
 
 def test_gap_exponent_of_an_exact_power_law_and_the_gap_claim():
@@ -118,11 +130,20 @@ def test_gap_exponent_of_an_exact_power_law_and_the_gap_claim():
     np.testing.assert_allclose(slack, 0.0)  # s min a is flat: no allowance
     faster = np.stack([3.0 / s**1.5, 2.0 / s**1.5])
     runs = {"soft targets": slopes, "sampled targets": np.array([-1.5, -1.5])}
-    claim = gap_claim(runs, 0.1, v=9)
-    assert claim.verdict == "reproduced" and "s = 2..8: -1.00" in claim.number
+    near = {**runs, "soft targets": np.array([-1.0, -1.01, -0.99])}
+    claim = gap_claim(near, v=9, step=1000)
+    assert claim.claim is GAP_CLAIM and claim.word == "reproduced"
+    assert "s = 2..8, soft targets: -1.00" in claim.number
+    assert "sampled targets faster: -1.50 to -1.50" in claim.number
+    # one seed outside the tolerance: the interval reaches below 0
     assert gap_claim(
-        {**runs, "soft targets": np.array([-1.0, -1.3])}, 0.1, 9
-    ).verdict == ("partly reproduced")
+        {**runs, "soft targets": np.array([-1.0, -1.3])}, 9, 1000
+    ).word in (
+        "inconclusive",
+        "mixed",
+    )
+    far = {**runs, "soft targets": np.array([-1.3, -1.31, -1.29])}
+    assert gap_claim(far, 9, 1000).word == "reversed"
     numbers = gap_numbers(
         {"soft targets": gap, "sampled targets": faster},
         runs,
@@ -130,7 +151,7 @@ def test_gap_exponent_of_an_exact_power_law_and_the_gap_claim():
         train_length=4,
     )
     # mean gap at s = 2: 2.5 / 2
-    assert numbers["C"] == 1.2 and numbers["flat_dev"] == 0.0
+    assert numbers["gap_s2"] == 1.2 and numbers["flat_dev"] == 0.0
     assert numbers["decay_sampled"] == round(float(np.sqrt(2 / 7)), 2)  # (2/7)^(1/2)
     assert numbers["gap_soft_train"] == round(2.5 / 4, 2)
 

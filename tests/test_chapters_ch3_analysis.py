@@ -210,21 +210,25 @@ def test_sweep_counts_numbers_and_claims():
     ]
     assert numbers["ch3_plateau_below_v8"] == 0.05 and numbers["ch3_K"] == 4
     assert numbers["ch3_fit_at_total"] == 1 and numbers["ch3_runs_at_total"] == 8
-    margins, claim = ch3a.lower_bound_claim(s, 0.01)
-    # d = 4 (v = 6); 5, 6 (v = 8)
-    assert margins.shape == (3, 4) and np.allclose(margins, 0.04)
-    assert claim.verdict == "reproduced"
+    claim = ch3a.lower_bound_claim(s, 0.01)  # d = 4 (v = 6); 5, 6 (v = 8)
+    assert claim.claim is ch3a.LOWER_BOUND_CLAIM and claim.word == "demonstration"
     assert (
         claim.number.startswith("0/12 trained runs fit")
         and "(v = 6: d = 4; v = 8: d = 5, 6;" in claim.number
+        and claim.number.endswith("smallest excess 0.050 nats")
     )
-    sufficient = ch3a.sufficient_claim(s, 0.01, precise=True)
-    assert sufficient.verdict == "demonstration"
+    sufficient = ch3a.sufficient_claim(s, 0.01, [1e-6, 1e-6, 1e-6])
+    assert sufficient.word == "demonstration"
     assert (
         "fits in 1/4 seeds (v = 6) and 0/4 (v = 8), at d = v+1 in 4/4 and 4/4"
         in sufficient.number
     )
-    assert ch3a.sufficient_claim(s, 0.01, precise=False).verdict == "not reproduced"
+    with pytest.raises(AssertionError, match="ch3-score-sufficient"):
+        ch3a.sufficient_claim(s, 0.01, [1e-6, -1e-3, 1e-6])  # one model imprecise
+    fitted = {6: fake_sweep(6, [4, 5, 6, 7], 1)} | {8: s[8]}
+    fitted[6].best_excess[0, 0] = 0.001  # a run at d = v-2 that fit at some step
+    with pytest.raises(AssertionError, match="ch3-score-lower-bound"):
+        ch3a.lower_bound_claim(fitted, 0.01)
 
 
 def test_tied_pair_survey_reads_every_stall():

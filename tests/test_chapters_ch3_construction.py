@@ -324,12 +324,13 @@ def test_check_margins_and_the_precision_claim():
     assert check.n_checked == (4 + 12 + 24) + 4 * 10
     assert check.max_deviation < 1e-12 and check.formula_error < 1e-12
     claim = ch3c.precision_claim(check, 1e-12)
-    assert claim.key == "ch3-score-precision" and claim.verdict == "demonstration"
+    assert claim.claim is ch3c.PRECISION_CLAIM and claim.word == "demonstration"
     assert claim.number.startswith(
         f"{check.n_checked} margins"
     ) and claim.number.endswith("1e-12")
     worse = ch3c.MarginCheck(check.n_checked, 1e-9, 0.0)
-    assert ch3c.precision_claim(worse, 1e-12).verdict == "not reproduced"
+    with pytest.raises(AssertionError, match="ch3-score-precision"):
+        ch3c.precision_claim(worse, 1e-12)
 
 
 def test_ln_gap_check_matches_the_formula():
@@ -342,9 +343,9 @@ def test_ln_gap_check_matches_the_formula():
     numbers = ch3c.ln_gap_numbers(check.raw_gap, check.measured, check.bound)
     assert numbers["ch3_raw_gap_last"] == round(1 / 7, 3)
     claim = ch3c.ln_gap_claim(float(check.relative.max()), check.bound, check.measured)
-    assert (
-        claim.verdict == "demonstration" and "smallest 2.000 at s = v/2" in claim.number
-    )
+    assert claim.word == "demonstration" and "smallest 2.000 at s = v/2" in claim.number
+    with pytest.raises(AssertionError, match="ch3-score-ln-gap"):
+        ch3c.ln_gap_claim(2 * check.bound + 1e-6, check.bound, check.measured)
 
 
 def test_comparison_numbers():

@@ -266,6 +266,7 @@ def test_layer_summary_glue_and_scorecard():
             },
             {F: np.array(low), "global": np.array(glob)},
             {F: np.array(high), "global": np.array(glob)},
+            {F: (np.array(high) - np.array(low)) / 3.92},
         )
 
     kinds = ("random tokens", "natural text")
@@ -308,10 +309,48 @@ def test_layer_summary_glue_and_scorecard():
         "llama_n_rise_text": 1,
         "llama_n_nosink": 1,
     }
-    (claim,) = llama.scorecard(summary, slopes, 10, [8, 512])
-    # both clear, too few layers
-    assert claim.key == "ch4-score-llama" and claim.verdict == "partly reproduced"
-    assert (
-        "band below 0 in 1 of 2 layers; 10 sequences per input, N = 8..512"
-        in claim.number
+    row = llama.llama_decision(summary, slopes, 10, [8, 512])
+    # both inputs: minus the slope 0.3 >= 0.05, se 0.2 / 3.92, interval above 0
+    assert row.claim is llama.LLAMA_CLAIM and row.word == "reproduced"
+    assert [e.cell for e in row.final] == [
+        {"input": "random tokens"},
+        {"input": "natural text"},
+    ]
+    assert row.final[0].interval.mean == pytest.approx(0.3)
+    assert "band below 0 in 1 of 2 layers" in row.number
+    assert "10 sequences per input, N = 8..512" in row.number
+
+
+def test_bootstrap_interval_uses_t_over_the_sequences():
+    i = llama.bootstrap_interval(0.2, 0.05, 10)
+    assert i.df == 9 and i.n == 10 and i.se == 0.05
+    assert i.high - i.mean == pytest.approx(2.2622 * 0.05, rel=1e-4)
+    with pytest.raises(ValueError, match="n must be an int >= 2"):
+        llama.bootstrap_interval(0.2, 0.05, 1)
+
+
+def test_global_mean_drift_and_its_size():
+    """A layer whose mean moves by one global spread from the first N to the last,
+    and a layer that does not move: the drift in global spreads, per sequence."""
+    g = torch.Generator().manual_seed(0)
+    out = torch.randn(6, 2, 3, 16, generator=g)
+    out[:, 0, -1] += 2.0  # layer 0, largest N: every component up by 2
+    record = llama.LastPositionRecord(
+        np.array([8, 64, 512]), out, out, torch.zeros(6, 2, 3, 4)
     )
+    drift = llama.global_mean_drift(record)
+    assert drift.shape == (6, 2)
+    spread = llama.global_std(out[:, :, 0].double()).numpy()
+    expected = (
+        out[:, :, -1].double().mean(-1) - out[:, :, 0].double().mean(-1)
+    ) / spread
+    np.testing.assert_allclose(drift, expected.numpy())
+    effects = llama.mean_drift_effects({"random tokens": record})
+    assert [e.cell for e in effects] == [
+        {"input": "random tokens", "layer": 0},
+        {"input": "random tokens", "layer": 1},
+    ]
+    # a negative drift is reflected: the size, with the same width
+    negative = llama.drift_interval(np.array([-1.0, -1.2, -0.8]))
+    positive = llama.drift_interval(np.array([1.0, 1.2, 0.8]))
+    assert negative == positive and negative.mean == pytest.approx(1.0)

@@ -1,3 +1,5 @@
+import dataclasses
+
 import numpy as np
 import pytest
 import torch
@@ -358,7 +360,7 @@ def test_argmax_near_misses_counts_runner_up_labels():
 # --- the numbers and scorecard rows the notebook asserts and glues --------------------
 
 from lengthgen_lite.chapters import ch4_vanishing_variance as ch4  # noqa: E402
-from lengthgen_lite.runs.scorecard import Claim  # noqa: E402
+from lengthgen_lite.runs.claims import Decision  # noqa: E402
 
 
 def test_end_ratio_and_seed_se():
@@ -391,13 +393,14 @@ def test_law_check_on_the_exact_law():
         "slope_diffuse",
         "slope_sharp",
     ]
-    (claim,) = ch4.law_scorecard(check, n_sets=1000)
-    assert (
-        isinstance(claim, Claim)
-        and claim.key == "ch4-score-law"
-        and claim.verdict == "demonstration"
-    )
-    assert "1000 input sets per N" in claim.number
+    margins, detail = ch4.law_margins(check, n_sets=1000)
+    # in standard errors: 5 - 0 for the slope, (0.15 - 0.1) / rel_se for the law
+    assert margins[0] == pytest.approx(5.0)
+    assert margins[1] == pytest.approx(0.05 / check.rel_se)
+    assert margins[2] == pytest.approx(0.5 * 0.95 / check.slope_se, rel=0.2)
+    row = ch4.LAW_CLAIM.demonstrate(margins, detail, spread=1.0)
+    assert isinstance(row, Decision) and row.word == "demonstration"
+    assert row.claim.key == "ch4-score-law" and "1000 input sets per N" in row.number
 
 
 def test_paired_gains_sampling_bounds_and_the_layernorm_row():
@@ -424,18 +427,43 @@ def test_paired_gains_sampling_bounds_and_the_layernorm_row():
         and glued["gain_argmax_layernorm_1024"] == 0.0
     )
     assert str(glued["gainmax_argmax"]) == "0.0"  # no "-0.0"
-    claim, share = ch4.layernorm_scorecard(
-        base + 0.3, base, "dict", 0, np.array([False, True, True]), long_se, 400
-    )
-    assert claim.key == "ch4-score-ln-dict" and share == pytest.approx(0.3 / 0.65)
-    assert (
-        claim.verdict == "partly reproduced"
-        and "2 seeds, 400 test sets per N" in claim.number
-    )
-    claim, _ = ch4.layernorm_scorecard(
-        base, base, "argmax", 0, np.array([False, True, True]), long_se, 400
-    )
-    assert claim.verdict == "not reproduced"
+    assert ch4.layernorm_share(base + 0.3, base, 0) == pytest.approx(0.3 / 0.65)
+
+
+class _Config:
+    steps, init, lr, item_mlp = 1000, "book", 3e-3, 0
+
+
+class _Live:
+    """Stands in for a live Results: one configuration's fields, the sizes and
+    ``spec.n_test``."""
+
+    configs = [_Config()]
+    spec = type("Spec", (), {"n_test": 400})()
+
+    def lengths(self):
+        return np.array([8, 16, 1024])
+
+
+def test_layernorm_decisions_follow_the_protocol():
+    base = np.array([[0.9, 0.9, 0.2], [0.9, 0.9, 0.3], [0.9, 0.9, 0.25]])
+    accuracy = {
+        "dictionary lookup": {
+            "baseline": base,
+            "layernorm": base + [[0, 0, 0.30], [0, 0, 0.31], [0, 0, 0.29]],
+        },
+        "argmax retrieval": {
+            "baseline": base,
+            "layernorm": base + [[0, 0, 0.001], [0, 0, -0.001], [0, 0, 0.0]],
+        },
+    }
+    rows = ch4.layernorm_decisions(_Live(), accuracy)
+    d, a = rows["dictionary lookup"], rows["argmax retrieval"]
+    assert d.claim is ch4.LN_DICT_CLAIM and d.word == "reproduced"
+    assert a.claim is ch4.LN_ARGMAX_CLAIM and a.word == "no effect"
+    assert d.final[0].cell == {"item_mlp": 0, "init": "book", "lr": 3e-3}
+    assert d.final[0].step == 1000 and "400 test sets per N" in d.number
+    assert f"{0.3 / 0.65:.2f} of the accuracy" in d.number
 
 
 class _Results:
@@ -492,17 +520,20 @@ def test_shift_ratios_glue_and_rows():
         ch4.shift_glue(shift)["after_dict"] == 0.6
         and ch4.shift_glue(shift)["shrink_argmax"] == 0.25
     )
-    after, before = (
-        np.stack(list(shift.after.values())),
-        np.stack([shift.before[k] for k in shift.after]),
+    shift = dataclasses.replace(
+        shift,
+        after={k: v + [0.01, -0.01] for k, v in shift.after.items()},
     )
-    drift = np.stack(list(shift.drift.values()))
-    rows = ch4.shift_scorecard(
-        after.ravel(), before.ravel(), drift.ravel(), shift.median_ratio_se, K
-    )
-    assert [r.key for r in rows] == ["ch4-score-shift", "ch4-score-mean-drift"]
-    assert rows[0].verdict == "reproduced" and rows[1].verdict == "not reproduced"
-    assert "(12 models: 2 tasks, 3 variants, 2 seeds)" in rows[1].number
+    effects = ch4.shift_effects(shift, _Live())
+    assert len(effects) == 8 and {e.cell["part"] for e in effects} == {
+        "raised",
+        "still below 1",
+    }
+    assert {e.cell["norm_kind"] for e in effects} == {"layernorm", "standardize"}
+    row = ch4.SHIFT_CLAIM.decide(effects, "live")
+    # raised: 0.6 - 1.5 x 0.25 = 0.225; still below 1: 0.4; both in every cell
+    assert row.word == "reproduced"
+    assert row.final[0].interval.mean == pytest.approx(0.225)
 
 
 def test_attention_collapse():
@@ -557,16 +588,3 @@ def test_head_monte_carlo_and_the_glue_builders():
     glued = ch4.rescaling_glue(bolt, np.array([False, True, True]), misses)
     assert glued["bolt_dict_long"] == 0.2 and glued["bolt_argmax_max"] == 0.01
     assert glued["near_chance"] == 0.344 and glued["argmax_error_1024"] == 0.6
-
-
-def test_layernorm_rows_score_both_tasks():
-    base = np.array([[0.9, 0.5, 0.2], [0.9, 0.5, 0.3]])
-    accuracy = {
-        "dictionary lookup": {"baseline": base, "layernorm": base + 0.3},
-        "argmax retrieval": {"baseline": base, "layernorm": base},
-    }
-    rows, shares = ch4.layernorm_rows(
-        accuracy, 0, np.array([False, True, True]), 0.025, 400
-    )
-    assert [r.key for r in rows] == ["ch4-score-ln-dict", "ch4-score-ln-argmax"]
-    assert shares == {"dict": round(0.3 / 0.65, 2), "argmax": 0.0}

@@ -17,7 +17,7 @@ from lengthgen_lite.chapters.ch5_post_norm import (
 from lengthgen_lite.core.model import ModelConfig, Transformer, run_with_hooks
 from lengthgen_lite.core.seeding import seed_everything
 from lengthgen_lite.runs import run
-from lengthgen_lite.runs.scorecard import VERDICTS
+from lengthgen_lite.runs.claims import CELL_WORDS, VERDICTS, Decision
 
 
 def _tiny(name, **changes):
@@ -95,20 +95,53 @@ def test_dropout_values_pair_each_rate_with_its_baseline(placements, dropout):
         ch5.dropout_values(placements, dropout, "tv_train", "soft", "mlp_dropout", 0.1)
 
 
-def test_scorecard_rows(placements, dropout):
+def test_scorecard_rows_are_decisions_of_the_declared_claims(placements, dropout):
     profiles = ch5.profiles(placements, n_sequences=50)
-    claims = ch5.scorecard(placements, profiles, dropout)
-    assert [c.key for c in claims] == [
-        "ch5-score-postnorm",
-        "ch5-score-resharpen",
-        "ch5-score-dropout",
+    decisions = ch5.scorecard(placements, profiles, dropout)
+    assert [d.claim for d in decisions] == [
+        ch5.POSTNORM_CLAIM,
+        ch5.RESHARPEN_CLAIM,
+        ch5.DROPOUT_CLAIM,
     ]
-    assert all(c.verdict in VERDICTS for c in claims)
-    assert (
-        "mean TV at s = 5..15, 2 seeds" in claims[0].number
-        and "in all 20 models" in claims[1].number
+    assert all(isinstance(d, Decision) and d.word in VERDICTS for d in decisions)
+    assert all(d.scale == "live" and d.final[0].step == 20 for d in decisions)
+    postnorm, resharpen, dropout_row = decisions
+    # one cell per target kind, labelled with the live run's init and learning rate
+    assert [e.cell for e in postnorm.final] == [
+        {"targets": t, **ch5.LIVE_CELL} for t in ("sampled", "soft")
+    ]
+    assert "pooled over 2 cells x 2 seeds, 20 steps" in postnorm.number
+    assert postnorm.number.startswith("mean TV at s = 5..15: soft targets ")
+    # two parts per target kind
+    assert [(e.cell["targets"], e.cell["part"]) for e in resharpen.final] == [
+        (t, part)
+        for t in ch5.TARGETS
+        for part in ("gap restored", "attention sharpened")
+    ]
+    assert resharpen.final[0].interval.mean == pytest.approx(
+        (ch5.ratio(profiles, "soft", "post") - ch5.GAP_RESTORED).mean()
     )
+    # one cell per dropout setting: no dropout minus dropout
+    assert len(dropout_row.final) == len(ch5.DROPOUT)
+    assert dropout_row.final[0].cell == {
+        "targets": "soft",
+        "attn_dropout": 0.1,
+        "resid_dropout": 0.0,
+        "init": ch5.LIVE_CELL["init"],
+    }
+    changes = ch5.dropout_changes(placements, dropout)
+    assert dropout_row.final[0].interval.mean == pytest.approx(-changes[0].mean())
     assert ch5.relative(profiles, "soft", "post", "gap")[:, 0].tolist() == [1.0, 1.0]
+
+
+def test_words_by_groups_the_cells_words(placements):
+    profiles = ch5.profiles(placements, n_sequences=50)
+    decision = ch5.resharpen_claim(profiles, step=20)
+    words = ch5.words_by(decision, "part")
+    assert list(words) == ["gap restored", "attention sharpened"]
+    assert all(len(w) == 2 for w in words.values())
+    with pytest.raises(ValueError, match="no cell of ch5-score-postnorm has 'part'"):
+        ch5.words_by(ch5.postnorm_claim(placements), "part")
 
 
 def test_frozen_divisor_is_a_layernorm_with_a_constant_std():
@@ -243,15 +276,66 @@ def test_divisor_laws_are_chapter_three_relative_to_s_one():
 
 def test_post_and_pre_final_read_the_same_seeds(placements):
     deeper = run(
-        ch5.SPECS["ch5/deeper"].with_overrides(seeds=[1], steps=20, n_test=200),
+        ch5.SPECS["ch5/deeper"].with_overrides(seeds=[0, 1], steps=20, n_test=200),
         progress=False,
     )
     one_layer, with_mlp = ch5.post_and_pre_final(placements, deeper)
-    expected = placements.values("tv_beyond", targets="sampled", norm="post")[1:]
+    expected = placements.values("tv_beyond", targets="sampled", norm="post")
     np.testing.assert_array_equal(one_layer["post"], expected)
-    assert with_mlp["pre_final"].shape == (1,)
+    assert with_mlp["pre_final"].shape == (2,)
+    effects = ch5.deeper_effects(placements, deeper)
+    assert list(effects) == ["one layer", "with MLP"]
+    np.testing.assert_allclose(
+        effects["with MLP"].interval.mean,
+        (with_mlp["post"] - with_mlp["pre_final"]).mean(),
+    )
+    words = ch5.deeper_words(placements, deeper)
+    assert set(words) == set(effects) and set(words.values()) <= set(CELL_WORDS)
     numbers = ch5.deeper_numbers(placements, deeper)
-    assert numbers["mlp_widest"] == 0.0 and numbers["one_layer_difference"] >= 0
+    assert numbers["tv_sesoi"] == ch5.TV_SESOI == 0.01
+    assert (
+        numbers["mlp_difference_low"]
+        <= numbers["mlp_difference_low90"]
+        <= numbers["mlp_difference"]
+        <= numbers["mlp_difference_high90"]
+        <= numbers["mlp_difference_high"]
+    )
+    assert numbers["one_layer_difference"] == round(
+        float((one_layer["post"] - one_layer["pre_final"]).mean()), 3
+    )
+
+
+def test_attn_out_lead_reads_the_reference_sweep():
+    from lengthgen_lite.chapters import reference
+
+    stored = reference.load("ch5/placements")
+    lead = ch5.attn_out_lead(stored)
+    assert {e.step for e in lead} == {1000, 3000, 6000} and len(lead) == 24
+    numbers = ch5.attn_out_lead_numbers(stored)
+    assert set(numbers) == {
+        f"lead-{name}-{step}{end}"
+        for step in (1000, 6000)
+        for name, ends in (
+            ("soft-min", [""]),
+            ("soft-max", [""]),
+            ("sampled-fast-book", ["", "-high"]),
+            ("sampled-fast-torch", ["", "-high"]),
+        )
+        for end in ends
+    }
+    # soft targets: the lead closes with training, every cell
+    assert 0 < numbers["lead-soft-min-6000"] <= numbers["lead-soft-max-6000"]
+    assert numbers["lead-soft-max-6000"] < numbers["lead-soft-min-1000"]
+    assert numbers["lead-sampled-fast-torch-6000-high"] < 0  # post-norm better there
+
+
+def test_attn_out_lead_numbers_need_the_reference_grid(placements):
+    assert {e.cell["targets"] for e in ch5.attn_out_lead(placements)} == {
+        "soft",
+        "sampled",
+    }
+    with pytest.raises(ValueError, match="does not vary init and lr"):
+        ch5.attn_out_lead_numbers(placements)
 
 
 def test_book_choices_extend_chapter_one():

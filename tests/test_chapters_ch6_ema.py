@@ -5,7 +5,6 @@ import torch
 from lengthgen_lite.chapters import ch6_ema as ch6
 from lengthgen_lite.chapters.ch6_ema import (
     SearchSpace,
-    bootstrap_mean_difference,
     factor_importance,
     flat_gradient,
     gradient_noise,
@@ -24,6 +23,7 @@ from lengthgen_lite.core.tasks import SetComplement, sample_next_tokens
 from lengthgen_lite.core.training import TrainConfig, train, training_loss
 from lengthgen_lite.runs import Spec
 from lengthgen_lite.runs import run as run_spec_data
+from lengthgen_lite.runs.claims import VERDICTS
 
 TINY = Spec(
     name="tiny/ch6",
@@ -73,7 +73,6 @@ def test_specs_are_chapter_one_baseline_with_one_change(run):
     assert [(c.norm, c.lr, c.batch, c.resid_dropout) for c in search] == [
         (c.norm, c.lr, c.batch, c.resid_dropout) for c in sample_specs(16, 6)
     ]
-    assert ch6.signed(-0.0001, 3) == "+0.000" and ch6.signed(0.0123, 2) == "+0.01"
 
 
 def test_score_rows_flatten_runs(run):
@@ -175,12 +174,21 @@ def test_factor_importance_finds_the_factor_that_matters():
         factor_importance([], "y", {"a": "categorical"})
 
 
-def test_bootstrap_mean_difference():
-    mean, low, high = bootstrap_mean_difference([1.0, 2.0, 3.0, 4.0], seed=0)
-    assert mean == 2.5 and 1.0 <= low < mean < high <= 4.0
-    assert bootstrap_mean_difference([1.0, 2.0, 3.0, 4.0], seed=0) == (mean, low, high)
-    with pytest.raises(ValueError, match="differences"):
-        bootstrap_mean_difference([1.0])
+def test_dropout_effect_is_minus_the_rate_times_each_seeds_slope():
+    rows = []
+    for seed in (0, 1):
+        for i, dropout in enumerate((0.0, 0.1, 0.2, 0.3)):
+            norm = ("none", "attn_out")[i % 2]
+            tv = 0.5 + (0.1 + 0.05 * seed) * dropout - 0.2 * (norm == "attn_out")
+            for ema in (False, True):
+                row = {"seed": seed, "ema": ema, "norm": norm, "dropout": dropout}
+                rows.append(row | {"tv_beyond": tv - 0.5 * ema})
+    factors = {"norm": "categorical", "dropout": "numeric", "ema": "categorical"}
+    effect = ch6.dropout_effect(rows, 400, factors)
+    assert effect.cell == {"remedy": "resid_dropout 0.3"} and effect.step == 400
+    # the raw rows only: slopes 0.1 and 0.15, times -0.3
+    assert effect.interval.mean == pytest.approx(-0.3 * 0.125)
+    assert effect.interval.n == 2 and effect.interval.df == 1
 
 
 TASK = SetComplement(v=8, train_length=3)
@@ -345,20 +353,61 @@ def test_scorecard_claims_from_a_tiny_grid():
     )
     grid = ch6.by_config(run_spec_data(spec, progress=False))
     ema, bema = ch6.ema_claim(grid), ch6.bema_claim(grid)
-    assert ema.key == "ch6-score-ema" and "2 configurations x 2 seeds" in ema.number
-    assert bema.key == "ch6-score-bema" and "worse than EMA at s <= 4" in bema.number
-    gap = {"none": np.array([0.05, 0.04]), "attn_out": np.array([0.06, 0.07])}
-    temperature = ch6.temperature_claim([False, False, True], gap, (0.5, 1.0, 2.0), 4)
-    assert (
-        temperature.verdict == "partly reproduced"
-        and "2/3 models" in temperature.number
+    temperature = ch6.temperature_claim(grid)
+    for decision, claim in (
+        (ema, ch6.EMA_CLAIM),
+        (bema, ch6.BEMA_CLAIM),
+        (temperature, ch6.TEMPERATURE_CLAIM),
+    ):
+        assert decision.claim is claim and decision.scale == "live"
+        assert decision.word in VERDICTS and len(decision.final) == 2
+        assert "2 cells x 2 seeds, 20 steps" in decision.number
+    assert ema.final[0].cell == {
+        "averager": "ema",
+        "norm": "none",
+        "batch": 128,
+        "lr": 3e-3,
+    }
+    run = grid["attn_out", 128, 3e-3]
+    np.testing.assert_allclose(
+        ema.final[1].interval.mean, run.gain("beyond").mean(), atol=1e-12
     )
-    importance = {"tv_beyond": {"norm": 0.5, "ema": 0.1, "dropout": 0.01}}
-    search = ch6.search_claim(importance, (-0.02, -0.03, -0.01), -0.0001, 16, 2, 400, 4)
-    assert (
-        search.verdict == "partly reproduced"
-        and "dropout slope +0.00 TV per unit rate" in search.number
+    np.testing.assert_allclose(
+        temperature.final[1].interval.mean, ch6.best_scale_gap(run).mean(), atol=1e-12
     )
+    assert "at s <= 4 EMA helps in" in ema.number
+    assert "/4 models" in temperature.number
+
+
+def test_search_claim_from_a_tiny_search():
+    configs = [
+        {"norm": norm, "lr": lr, "batch": 16, "resid_dropout": p, "targets": "sampled"}
+        for norm, lr, p in (
+            ("none", 1e-3, 0.0),
+            ("attn_out", 3e-3, 0.1),
+            ("none", 1e-2, 0.2),
+            ("attn_out", 1e-3, 0.3),
+            ("none", 3e-3, 0.3),
+        )
+    ]
+    spec = ch6.SPECS["ch6/search"].with_overrides(
+        configs=configs, steps=10, n_test=50, seeds=[0, 1]
+    )
+    search = ch6.runs_of(run_spec_data(spec, progress=False))
+    rows = ch6.score_rows(search)
+    factors = {"norm": "categorical", "lr": "log", "dropout": "numeric"}
+    decision = ch6.search_claim(search, rows, factors)
+    assert decision.claim is ch6.SEARCH_CLAIM and len(decision.final) == 6
+    assert [e.cell["remedy"] for e in decision.final] == ["ema"] * 5 + [
+        "resid_dropout 0.3"
+    ]
+    assert decision.final[0].cell["run"] == 0 and decision.word in VERDICTS
+    np.testing.assert_allclose(
+        decision.final[2].interval.mean, search[2].gain("beyond").mean(), atol=1e-12
+    )
+    assert "5 random runs x EMA off/on" in decision.number
+    pooled = ch6.ema_pooled(ch6.search_ema_effects(search, "train"))
+    assert pooled.low < pooled.mean < pooled.high and pooled.n == 10
 
 
 def test_numbers_and_controls_from_a_tiny_grid():

@@ -16,7 +16,7 @@ from lengthgen_lite.chapters.ch7_beyond_set_complement import (
 from lengthgen_lite.core.model import ModelConfig, Transformer
 from lengthgen_lite.core.seeding import seed_everything
 from lengthgen_lite.runs import run
-from lengthgen_lite.runs.scorecard import VERDICTS
+from lengthgen_lite.runs.claims import VERDICTS
 
 
 @pytest.fixture(scope="module")
@@ -83,13 +83,35 @@ def test_readers_and_scorecard(tiny):
     assert set(ch7.curves(tiny, "tictactoe", "soft", "tv")) == set(PLACEMENTS)
     gains = ch7.ema_gains(tiny)
     assert len(gains) == 2 * 2 * 4 and gains["anbn", "sampled", "pre"].shape == (2,)
-    claims = ch7.scorecard(tiny)
-    assert [c.key for c in claims] == [
-        "ch7-score-game",
-        "ch7-score-game-ema",
-        "ch7-score-languages",
+    decisions = ch7.scorecard(tiny)
+    assert [d.claim for d in decisions] == [
+        ch7.GAME_CLAIM,
+        ch7.GAME_EMA_CLAIM,
+        ch7.LANGUAGES_CLAIM,
     ]
-    assert all(c.verdict in VERDICTS for c in claims) and "2 seeds" in claims[0].number
+    assert all(d.word in VERDICTS and d.scale == "live" for d in decisions)
+    assert "2 cells x 2 seeds, 3 steps" in decisions[0].number
+    game, ema, languages = (d.final for d in decisions)
+    assert [e.cell["pair"] for e in game] == ["none - post", "post - attn_out"]
+    np.testing.assert_allclose(
+        game[0].interval.mean,
+        (
+            ch7.per_seed(tiny, "tv_beyond", "tictactoe", "sampled", "none")
+            - ch7.per_seed(tiny, "tv_beyond", "tictactoe", "sampled", "post")
+        ).mean(),
+    )
+    assert [e.cell["norm"] for e in ema] == list(PLACEMENTS)
+    np.testing.assert_allclose(
+        ema[3].interval.mean, gains["tictactoe", "sampled", "attn_out"].mean()
+    )
+    assert languages[0].cell == {
+        "pair": "none - post",
+        "targets": "soft",
+        "init": "book",
+    }
+    assert ch7.steps_of(tiny, "anbn") == 3
+    with pytest.raises(ValueError, match="task 'chess'"):
+        ch7.steps_of(tiny, "chess")
     assert ch7.tv_text(tiny, "anbn", "soft").startswith("none ")
 
 

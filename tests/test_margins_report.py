@@ -1,6 +1,6 @@
 import json
 
-from lengthgen_lite.core.claims import Margin
+from lengthgen_lite.runs.claims import Margin
 from margins_report import main
 
 

@@ -115,7 +115,7 @@ def test_multi_panel_figures_of_the_chapter():
         "Effective number of tokens",
         "Largest weight",
     ]
-    axes = plot_gap_decay(s, curves, C=0.5, train_length=2)
+    axes = plot_gap_decay(s, curves, gap_s2=0.5, train_length=2)
     assert axes[0].get_yscale() == "log" and axes[1].get_title().startswith("s x gap")
     axes = plot_implied_invalid_mass(s, curves, curves, train_length=2)
     assert [ax.get_title() for ax in axes] == list(runs)

@@ -30,7 +30,7 @@ from sphinx.transforms.post_transforms import SphinxPostTransform
 from sphinx.util import logging
 from sphinx.util.docutils import SphinxDirective
 
-from lengthgen_lite.runs import scorecard
+from lengthgen_lite.runs import claims
 
 LOGGER = logging.getLogger(__name__)
 STATIC = pathlib.Path(__file__).resolve().parents[1] / "_static"
@@ -38,7 +38,7 @@ CHAPTERS = "notebooks/"  # docnames of the chapters start with this
 # Every verdict word a chapter may glue, in the order the summary lists them: the
 # package's own tuple (one definition); each has a badge colour in
 # _static/lengthgen.css.
-VERDICTS = scorecard.VERDICTS
+VERDICTS = claims.VERDICTS
 
 
 def project_version(root: pathlib.Path) -> str:
@@ -305,8 +305,9 @@ class VerdictSummary(SphinxDirective):
 
 
 class ScorecardBadges(SphinxPostTransform):
-    """Badges for the verdict column of every table with class ``scorecard``, and their
-    counts.
+    """Badges for the verdict columns of the scorecard tables (class ``scorecard``: the
+    live runs; ``reference-scorecard``: the reference scale), and their counts: the
+    reference verdicts first, the live ones beside them.
 
     Runs after myst-nb's glue post-transform (priority 5) has pasted the verdicts.
     """
@@ -314,25 +315,29 @@ class ScorecardBadges(SphinxPostTransform):
     default_priority = 10
 
     def apply(self, **kwargs: Any) -> None:
-        verdicts = []
+        live, reference = [], []
         for table in self.document.findall(nodes.table):
             if "scorecard" in table["classes"]:
-                verdicts += self.badge_column(table)
+                live += self.badge_column(table)
             elif "reference-scorecard" in table["classes"]:
-                # the same claims at the reference scale: badges, not counted again
-                self.badge_column(table, "reference verdict")
+                reference += self.badge_column(table, "reference verdict")
         for summary in list(self.document.findall(nodes.paragraph)):
             if "verdict-summary" not in summary["classes"]:
                 continue
-            if not verdicts:
+            if not live:
                 LOGGER.warning(
                     "verdict-summary: no scorecard table on this page", location=summary
                 )
                 continue
-            summary += nodes.strong("", f"{len(verdicts)} claims: ")
-            for i, (word, count) in enumerate(verdict_counts(verdicts)):
-                summary += nodes.Text(f"{', ' if i else ''}{count} ")
-                summary += badge(word)
+            counts = [("in the live runs of the chapters", live)]
+            if reference:
+                counts.insert(0, ("at the reference scale", reference))
+            for j, (scale, words) in enumerate(counts):
+                summary += nodes.Text("; " if j else "")
+                summary += nodes.strong("", f"{scale}, {len(words)} claims: ")
+                for i, (word, count) in enumerate(verdict_counts(words)):
+                    summary += nodes.Text(f"{', ' if i else ''}{count} ")
+                    summary += badge(word)
 
     def badge_column(self, table: nodes.table, name: str = "verdict") -> list[str]:
         """Replace each cell's text in column ``name`` by its badge; return the

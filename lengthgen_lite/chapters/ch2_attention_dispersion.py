@@ -20,11 +20,13 @@ from torch import Tensor, nn
 
 from ..core.evaluation import PATTERN, LengthTable, loglog_slope, stack_metric
 from ..core.model import run_with_cache
-from ..runs.claims import Claim
-from ..runs.scorecard import Row, verdict
+from ..runs.claims import Claim, Decision, Effect
+from . import ch1_set_complement as ch1
 
-# soft targets: the gap's fitted exponent is -1 within this, in every seed
+# soft targets: the gap's fitted exponent is -1 within this (GAP_CLAIM's bar)
 EXPONENT_TOL = 0.1
+# the one cell of the live runs: chapter 1's baseline
+LIVE_CELL = ch1.LIVE_CELL
 
 
 def _lengths(s: Sequence[float]) -> np.ndarray:
@@ -151,40 +153,42 @@ def spread(tables: Sequence[LengthTable]) -> Spread:
     )
 
 
-def dispersion_claim(spreads: Mapping[str, Spread]) -> tuple[np.ndarray, Row]:
-    """Scorecard: attention disperses. The test a sharp head fails: no token gets twice
-    its uniform share 1/s, at any s >= 2, in any seed. Returns the margins ``2 - s max
-    a`` [runs, K] (> 0 where it holds) and the claim; ``spreads`` holds "soft targets"
-    and "sampled targets"."""
-    margins = {name: 2 - sp.peak.max(axis=1) for name, sp in spreads.items()}
-    holds_per_run = [bool((margin > 0).all()) for margin in margins.values()]
+def dispersion_margins(spreads: Mapping[str, Spread]) -> dict[str, np.ndarray]:
+    """The test a sharp head fails: no token gets twice its uniform share 1/s, at any s
+    >= 2. Per run, ``2 - max_s s max a`` per seed, [K] (> 0 where it holds)."""
+    return {name: 2 - sp.peak.max(axis=1) for name, sp in spreads.items()}
+
+
+def dispersion_claim(spreads: Mapping[str, Spread], step: int) -> Decision:
+    """Scorecard: attention disperses, decided by :data:`DISPERSION_CLAIM` on the live
+    runs after ``step`` training steps: :func:`dispersion_margins` per seed, one cell
+    per target kind. ``spreads`` holds "soft targets" and "sampled targets"."""
+    effects = [
+        Effect.of(margin, step, targets=name.split()[0], **LIVE_CELL)
+        for name, margin in dispersion_margins(spreads).items()
+    ]
     soft, sampled = spreads["soft targets"], spreads["sampled targets"]
-    number = (
+    detail = (
         f"smallest H/log s over s ≥ 2: {soft.ratio.min():.3f} (soft targets), "
-        f"{sampled.ratio.min():.3f} (sampled), {len(soft.ratio)} seeds each; "
-        f"largest weight at most {sampled.peak.max():.2f}/s"
+        f"{sampled.ratio.min():.3f} (sampled); largest weight at most "
+        f"{sampled.peak.max():.2f}/s"
     )
-    claim = Row(
-        "ch2-score-dispersion",
-        verdict(all(holds_per_run), partly=any(holds_per_run)),
-        number,
-    )
-    return np.stack(list(margins.values())), claim
+    return DISPERSION_CLAIM.decide(effects, "live", detail=detail)
 
 
-def gap_claim(slopes: Mapping[str, np.ndarray], tolerance: float, v: int) -> Row:
-    """Scorecard: the gap shrinks like 1/s (soft targets: exponent -1 within
-    ``tolerance`` in every seed); sampled targets shrink it faster. ``slopes``: [K] per
-    run."""
+def gap_claim(slopes: Mapping[str, np.ndarray], v: int, step: int) -> Decision:
+    """Scorecard: the gap shrinks like 1/s, decided by :data:`GAP_CLAIM` on the
+    soft-target run after ``step`` steps: ``EXPONENT_TOL - |exponent + 1|`` per seed,
+    one cell. ``slopes``: [K] per run; the detail adds that sampled targets shrink it
+    faster."""
     soft, sampled = slopes["soft targets"], slopes["sampled targets"]
-    within = np.abs(soft + 1) < tolerance  # [K]
-    number = (
-        f"fitted exponent of the gap over s = 2..{v - 1}: {soft.mean():.2f} "
-        f"(soft targets, {len(soft)} seeds, range {soft.min():.2f} to "
-        f"{soft.max():.2f}); sampled targets faster: {sampled.min():.2f} to "
-        f"{sampled.max():.2f}"
+    effect = Effect.of(EXPONENT_TOL - np.abs(soft + 1), step, **LIVE_CELL)
+    detail = (
+        f"fitted exponent of the gap over s = 2..{v - 1}, soft targets: "
+        f"{soft.mean():.2f} (range {soft.min():.2f} to {soft.max():.2f}); sampled "
+        f"targets faster: {sampled.min():.2f} to {sampled.max():.2f}"
     )
-    return Row("ch2-score-gap", verdict(within.all(), partly=within.any()), number)
+    return GAP_CLAIM.decide([effect], "live", detail=detail)
 
 
 def gap_exponents(
@@ -228,7 +232,8 @@ def gap_numbers(
     flat = soft_s_gap / soft_s_gap.mean(axis=1, keepdims=True)
     sampled_s_gap = sampled * s
     decay = sampled_s_gap[:, -2] / sampled_s_gap[:, 1]  # s x gap at s = v-2 over s = 2
-    numbers = {"C": round(float(soft[:, 1].mean()), 1)}  # the mean gap at s = 2
+    # g2, the mean soft gap at s = 2 (the proposition's c / 2)
+    numbers = {"gap_s2": round(float(soft[:, 1].mean()), 1)}
     for name, key in (("soft targets", "soft"), ("sampled targets", "sampled")):
         numbers[f"slope_{key}_min"] = round(float(slopes[name].min()), 2)
         numbers[f"slope_{key}_max"] = round(float(slopes[name].max()), 2)

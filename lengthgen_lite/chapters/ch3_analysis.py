@@ -21,8 +21,7 @@ from ..core import metrics
 from ..core.model import ModelConfig
 from ..core.tasks import Batch, enumerate_sequences, seen_mask, target_distribution
 from ..core.training import TrainConfig, train
-from ..runs.claims import Claim
-from ..runs.scorecard import Row, demonstration, verdict
+from ..runs.claims import Claim, Decision
 from .ch3_construction import _check_positive, _check_v, _is_int
 
 
@@ -293,53 +292,52 @@ def sweep_numbers(
 
 def lower_bound_claim(
     sweeps: Mapping[int, DimensionSweep], threshold: float
-) -> tuple[np.ndarray, Row]:
+) -> Decision:
     """Scorecard: d <= v-2 never fits (the lower bound), over every run below the
-    threshold width. Returns each such run's excess loss above ``threshold`` [widths,
-    seeds] (the claim's margins) and the claim."""
-    below_runs = [
-        sweep.fits(threshold)[: _below(sweep) + 1] for sweep in sweeps.values()
-    ]
-    n_fit, n_runs = (
-        sum(int(f.sum()) for f in below_runs),
-        sum(f.size for f in below_runs),
-    )
+    threshold width: :data:`LOWER_BOUND_CLAIM` asserts that each such run's best excess
+    loss over training stays above ``threshold`` (margins: excess minus threshold,
+    [widths, seeds]; their spread over seeds is recorded). The number counts the runs
+    that fit at the end (none, when the assert holds)."""
     below_excess = np.concatenate(
         [sweep.best_excess[: _below(sweep) + 1] for sweep in sweeps.values()]
     )  # [widths, seeds]
+    n_fit = sum(
+        int(sweep.fits(threshold)[: _below(sweep) + 1].sum())
+        for sweep in sweeps.values()
+    )
     widths = "; ".join(
         f"v = {v}: d = {', '.join(str(d) for d in sweep.dims[: _below(sweep) + 1])}"
         for v, sweep in sweeps.items()
     )
     K = len(next(iter(sweeps.values())).seeds)
     number = (
-        f"{n_fit}/{n_runs} trained runs fit all inputs of lengths 1-2 at d ≤ "
-        f"v-2 ({widths}; "
-        f"{K} seeds each; fit = excess loss below {threshold} nats)"
+        f"{n_fit}/{below_excess.size} trained runs fit all inputs of lengths 1-2 at "
+        f"d ≤ v-2 ({widths}; {K} seeds each; fit = excess loss below {threshold} "
+        f"nats); smallest excess {below_excess.min():.3f} nats"
     )
-    return below_excess - threshold, Row(
-        "ch3-score-lower-bound", verdict(n_fit == 0), number
-    )
+    return LOWER_BOUND_CLAIM.demonstrate(below_excess - threshold, number)
 
 
 def sufficient_claim(
-    sweeps: Mapping[int, DimensionSweep], threshold: float, precise: bool
-) -> Row:
-    """Scorecard: d = v-1 suffices, shown by the hand-built models (``precise``: all of
-    them have precision exactly C), so a demonstration; the number adds how often
-    training at d = v-1 and at d = v+1 finds a fit."""
+    sweeps: Mapping[int, DimensionSweep],
+    threshold: float,
+    precision_margins: Sequence[float],
+) -> Decision:
+    """Scorecard: d = v-1 suffices, shown by the hand-built models, so a demonstration:
+    :data:`SUFFICIENT_CLAIM` asserts every ``precision_margins`` (per hand-built d = v-1
+    model, the tolerance minus ``|precision - C|``; float64, no seed spread) is
+    positive. The number adds how often training at d = v-1 and at d = v+1 finds a
+    fit."""
     at, above = fits_at(sweeps, threshold, -1), fits_at(sweeps, threshold, 1)
     K = len(next(iter(sweeps.values())).seeds)
     (v1, at1), (v2, at2) = list(at.items())[:2]
     above_text = " and ".join(f"{n}/{K}" for n in above.values())
     number = (
-        "hand-built model at d = v-1 has precision exactly C (v = 4, 8, 16); "
-        "trained at "
-        f"d = v-1 it fits in {at1}/{K} seeds (v = {v1}) and {at2}/{K} (v = "
-        f"{v2}), at d = v+1 "
-        f"in {above_text}"
+        "hand-built model at d = v-1 has precision exactly C (v = 4, 8, 16); trained "
+        f"at d = v-1 it fits in {at1}/{K} seeds (v = {v1}) and {at2}/{K} (v = {v2}), "
+        f"at d = v+1 in {above_text}"
     )
-    return Row("ch3-score-sufficient", demonstration(precise), number)
+    return SUFFICIENT_CLAIM.demonstrate(precision_margins, number, spread=0.0)
 
 
 @dataclass(frozen=True)

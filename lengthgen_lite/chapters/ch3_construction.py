@@ -32,8 +32,7 @@ from ..core.model import ModelConfig, Transformer, run_with_cache
 from ..core.seeding import make_generator
 from ..core.tasks import enumerate_sequences, sample_sequences, seen_mask
 from ..core.validation import is_int, is_number
-from ..runs.claims import Claim
-from ..runs.scorecard import Row, demonstration
+from ..runs.claims import Claim, Decision
 
 TokenSpaceNorm = Literal["none", "attn_out"]
 
@@ -413,18 +412,18 @@ def check_margins(
     return MarginCheck(n_checked, max_deviation, formula_error)
 
 
-def precision_claim(check: MarginCheck, exact: float) -> Row:
+def precision_claim(check: MarginCheck, exact: float) -> Decision:
     """Scorecard: precision 2C/s at length s, exactly, on the construction. The book
-    built the model to have it, so the row is a demonstration, not a replication."""
+    built the model to have it, so the row is a demonstration, not a replication:
+    :data:`PRECISION_CLAIM` asserts that every margin is within ``exact`` of the law
+    (float64 rounding: no seed spread)."""
     number = (
         f"{check.n_checked} margins of the hand-built model (every input for "
-        "v = 4, 8; every "
-        "prefix of 2000 permutations for v = 16; C = 0.5, 1, 2): all equal "
-        "2C/s (s ≥ 2) to "
-        f"within {exact:g}"
+        "v = 4, 8; every prefix of 2000 permutations for v = 16; C = 0.5, 1, 2): all "
+        f"equal 2C/s (s ≥ 2) to within {exact:g}"
     )
-    return Row(
-        "ch3-score-precision", demonstration(check.max_deviation < exact), number
+    return PRECISION_CLAIM.demonstrate(
+        [exact - check.max_deviation], number, spread=0.0
     )
 
 
@@ -479,16 +478,18 @@ def ln_gap_check(v: int, C: float) -> LnGapCheck:
     )
 
 
-def ln_gap_claim(max_relative: float, bound: float, ln_gap_v16: np.ndarray) -> Row:
+def ln_gap_claim(max_relative: float, bound: float, ln_gap_v16: np.ndarray) -> Decision:
     """Scorecard: the LN gap v / sqrt(s (v - s)), read off the hand-built model's logits
-    (a demonstration). ``ln_gap_v16``: the measured gap at v = 16, [15]."""
+    (a demonstration): :data:`LN_GAP_CLAIM` asserts that the largest relative error
+    ``max_relative`` is within ``bound`` (LayerNorm's eps; float64 rounding besides).
+    ``ln_gap_v16``: the measured gap at v = 16, [15]."""
     number = (
-        "hand-built model with LN on the attention output, v = 4, 8, 16, "
-        "every s: the logit "
-        f"gap equals v/√(s(v-s)) to a relative {bound:.0e} (LayerNorm's ε); smallest "
-        f"{ln_gap_v16.min():.3f} at s = v/2"
+        "hand-built model with LN on the attention output, v = 4, 8, 16, every s: the "
+        f"logit gap equals v/√(s(v-s)) to a relative {bound:.0e} (LayerNorm's ε); "
+        f"smallest {ln_gap_v16.min():.3f} at s = v/2"
     )
-    return Row("ch3-score-ln-gap", demonstration(max_relative < bound + 1e-12), number)
+    slack = bound + 1e-12 - max_relative
+    return LN_GAP_CLAIM.demonstrate([slack], number, spread=0.0)
 
 
 def comparison_numbers(comparison: NormComparison) -> dict[str, float]:

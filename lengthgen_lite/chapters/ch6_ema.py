@@ -44,9 +44,9 @@ from ..core.tasks import (
 from ..core.training import TargetKind, TrainResult, training_loss
 from ..core.validation import require_choice
 from ..runs import Results, Spec
-from ..runs.claims import Claim
-from ..runs.scorecard import Row, verdict
+from ..runs.claims import Claim, Decision, Effect, cell_word
 from ..runs.spec import Config
+from ..runs.stats import Interval, pooled
 from .ch1_set_complement import BASELINE
 
 # --- gradient noise -------------------------------------------------------------------
@@ -587,7 +587,7 @@ def temperature_control(grid: Mapping[object, Run]) -> TemperatureControl:
         raw_beyond = run.scale_curve("raw", "beyond")
         ema_train = run.scale_curve("ema", "train")
         ema_beyond = run.scale_curve("ema", "beyond")
-        for k in range(len(run.result.seeds)):
+        for k in range(len(raw_train)):  # seeds
             ema_point = (ema_train[k, k1], ema_beyond[k, k1])
             matched.append(scaling_matches(raw_train[k], raw_beyond[k], *ema_point))
             best.append((run.spec.norm, raw_beyond[k].min(), ema_beyond[k].min()))
@@ -618,11 +618,6 @@ def temperature_numbers(
         "best_gap_none_min": _rounded(control.best_gap["none"].min(), 3),
         "best_gap_attn_min": _rounded(control.best_gap["attn_out"].min(), 3),
     }
-
-
-def signed(x: float, digits: int) -> str:
-    """``x`` rounded with its sign (``+0.012``), never ``-0.000``."""
-    return f"{round(float(x), digits) + 0.0:+.{digits}f}"
 
 
 @dataclass(frozen=True)
@@ -753,26 +748,6 @@ def _fit(y: np.ndarray, blocks: Sequence[np.ndarray]) -> tuple[float, np.ndarray
     return (float(1.0 - (residual**2).sum() / total) if total > 0 else 0.0), coef
 
 
-def bootstrap_mean_difference(
-    differences: Sequence[float], n_resamples: int = 2000, seed: int = 0
-) -> tuple[float, float, float]:
-    """Mean of paired differences and a 95% percentile bootstrap interval: (mean, low,
-    high)."""
-    d = np.asarray(differences, dtype=float)
-    if d.ndim != 1 or len(d) < 2:
-        raise ValueError(
-            "differences must be a 1-D sequence of at least 2 values, got "
-            f"shape {d.shape}"
-        )
-    rng = numpy_generator(seed)
-    means = d[rng.integers(0, len(d), size=(n_resamples, len(d)))].mean(axis=1)
-    return (
-        float(d.mean()),
-        float(np.quantile(means, 0.025)),
-        float(np.quantile(means, 0.975)),
-    )
-
-
 def paired_changes(
     rows: Sequence[Mapping[str, object]], responses: Sequence[str]
 ) -> dict[str, np.ndarray]:
@@ -787,14 +762,15 @@ def paired_changes(
 
 def search_numbers(
     fits: Mapping[str, FactorFit],
-    paired: Mapping[str, np.ndarray],
-    ema_beyond: tuple[float, float, float],
+    ema_beyond: Interval,
+    ema_train: Interval,
     n_runs: int,
     n_seeds: int,
     steps: int,
 ) -> dict[str, float]:
     """The numbers the prose quotes about the random search (glue name -> rounded
-    value): its size, each fit's R^2 and factor importances, EMA's paired change and
+    value): its size, each fit's R^2 and factor importances, EMA's change (EMA minus
+    raw, pooled over the runs, with its 95% t-interval) on each length range and
     dropout's slope."""
     numbers = {
         "search_n_runs": _rounded(n_runs, 0),
@@ -806,10 +782,11 @@ def search_numbers(
         numbers[f"r2_{short_name}"] = _rounded(fits[r].r_squared, 2)
         for factor, value in fits[r].importance.items():
             numbers[f"imp_{short_name}_{factor}"] = _rounded(value, 2)
-    wins = (paired["tv_train"] < 0).mean()
-    numbers["ema_train_wins_pct"] = _rounded(100 * wins, 0)
-    for name, value in zip(("mean", "low", "high"), ema_beyond):
-        numbers[f"ema_beyond_{name}"] = _rounded(value, 3)
+    for short_name, interval in (("beyond", ema_beyond), ("train", ema_train)):
+        for name, value in zip(
+            ("mean", "low", "high"), (interval.mean, interval.low, interval.high)
+        ):
+            numbers[f"ema_{short_name}_{name}"] = _rounded(value, 3)
     for r, short_name in (("tv_beyond", "beyond"), ("tv_train", "train")):
         slope = fits[r].effects["dropout"]["slope"]
         numbers[f"dropout_slope_{short_name}"] = _rounded(slope, 2)
@@ -947,115 +924,158 @@ SPECS: dict[str, Spec] = {
 
 
 # --- the scorecard --------------------------------------------------------------------
+# Every live row is its declared claim (below) decided by the protocol of
+# lengthgen_lite.runs.claims: one cell per configuration, the per-seed effect with its
+# 95% t-interval over the seeds, judged against the claim's SESOI.
 
 
-def ema_claim(grid: Mapping[object, Run]) -> Row:
-    """The claim that EMA helps length generalisation: lower TV at the training
-    lengths in every model, and beyond them by > 0.01 in every configuration of each
-    norm (seed means)."""
+def _cell(run: Run, *fields: str) -> dict[str, object]:
+    return {f: getattr(run.config, f) for f in fields}
+
+
+def ema_effects(
+    grid: Mapping[object, Run], lengths: LengthRange = "beyond"
+) -> list[Effect]:
+    """EMA's gain (raw minus EMA TV over ``lengths``, per seed) in every configuration
+    of the grid: one cell each (norm, batch, lr)."""
+    return [
+        Effect.of(
+            run.gain(lengths),
+            run.config.steps,
+            averager="ema",
+            **_cell(run, "norm", "batch", "lr"),
+        )
+        for run in grid.values()
+    ]
+
+
+def ema_claim(grid: Mapping[object, Run]) -> Decision:
+    """EMA_CLAIM on the grid: raw minus EMA TV beyond the training lengths, sampled
+    targets, logit scale 1, one cell per configuration; the detail says how EMA does
+    at the training lengths, judged the same way."""
+    train_words = [cell_word(e, EMA_CLAIM.sesoi) for e in ema_effects(grid, "train")]
     runs = list(grid.values())
-    train_gain = np.concatenate([run.gain("train") for run in runs])
-    relative = np.concatenate(
-        [run.gain("train") / run.mean_tv("raw", "train") for run in runs]
+    detail = (
+        f"sampled targets; at s <= {runs[0].train_length} EMA helps in "
+        f"{train_words.count('helps')}/{len(train_words)} configurations"
     )
-    beyond = beyond_gains(grid)
-    helps_train = bool((train_gain > 0).all())
-    helps_beyond = {norm: bool((gain > 0.01).all()) for norm, gain in beyond.items()}
-    word = verdict(
-        helps_train and all(helps_beyond.values()),
-        partly=helps_train or any(helps_beyond.values()),
-    )
-    L, n_seeds = runs[0].train_length, len(runs[0].results.seeds)
-    number = (
-        f"sampled targets, {len(runs)} configurations x {n_seeds} seeds: EMA "
-        f"lowers TV at s <= {L} in "
-        f"{int((train_gain > 0).sum())}/{len(train_gain)} models (by "
-        f"{relative.min():.2f}-{relative.max():.2f} "
-        "of the raw TV); mean TV beyond lower by "
-        f"{beyond['attn_out'].mean():.3f} with LN on the attention output "
-        "(configurations "
-        f"{beyond['attn_out'].min():.3f}-{beyond['attn_out'].max():.3f}), "
-        f"{beyond['none'].mean():.3f} without a norm"
-    )
-    return Row("ch6-score-ema", word, number)
+    return EMA_CLAIM.decide(ema_effects(grid), "live", detail)
 
 
-def bema_claim(grid: Mapping[object, Run]) -> Row:
-    """The claim that BEMA helps: BEMA against the raw weights per configuration (seed
-    means), and against EMA."""
+def best_scale_gap(run: Run) -> np.ndarray:
+    """Per seed: the raw weights' mean TV beyond L at their best logit scale minus
+    EMA's at theirs: [K] (> 0: EMA better at any temperature)."""
+    return run.scale_curve("raw", "beyond").min(1) - run.scale_curve(
+        "ema", "beyond"
+    ).min(1)
+
+
+def temperature_claim(grid: Mapping[object, Run]) -> Decision:
+    """TEMPERATURE_CLAIM on the grid: each at its best logit scale, raw minus EMA TV
+    beyond L per seed, one cell per configuration; the detail counts the models whose
+    raw logits some scale brings to EMA's TV on both length ranges."""
     runs = list(grid.values())
-    vs_ema = bema_minus_ema(grid)
-    train = np.array(
-        [
-            r.mean_tv("bema", "train").mean() - r.mean_tv("raw", "train").mean()
-            for r in runs
-        ]
+    effects = [
+        Effect.of(
+            best_scale_gap(run), run.config.steps, **_cell(run, "norm", "batch", "lr")
+        )
+        for run in runs
+    ]
+    matched = temperature_control(grid).matched
+    scales = runs[0].scales
+    detail = (
+        f"logit factors c {scales[0]:g}-{scales[-1]:g}: some c gives the raw weights "
+        f"EMA's TV on both length ranges in {sum(matched)}/{len(matched)} models"
     )
-    # > 0: worse than raw
-    beyond = np.array([-r.gain("beyond", "bema").mean() for r in runs])
-    everywhere = bool((train < 0).all() and (beyond < 0).all())
-    somewhere = bool((train < 0).any() or (beyond < 0).any())
-    L, n_seeds = runs[0].train_length, len(runs[0].results.seeds)
-    number = (
-        f"BEMA minus raw mean TV over {len(runs)} configurations x {n_seeds} "
-        "seeds (negative = better): "
-        f"{train.min():+.3f} to {train.max():+.3f} at s <= {L}, "
-        f"{beyond.min():+.3f} to {beyond.max():+.3f} beyond; worse than EMA "
-        f"at s <= {L} "
-        f"in every configuration (by at least {vs_ema.min():.3f})"
-    )
-    return Row("ch6-score-bema", verdict(everywhere, partly=somewhere), number)
+    return TEMPERATURE_CLAIM.decide(effects, "live", detail)
 
 
-def temperature_claim(
-    matched: Sequence[bool],
-    best_gap: Mapping[str, np.ndarray],
-    scales: Sequence[float],
-    train_length: int,
-) -> Row:
-    """The claim that EMA's gain is not just a logit-temperature change: ``matched``
-    per model (some scale of the raw logits reaches EMA's TV on both length ranges),
-    ``best_gap`` (raw minus EMA beyond, each at its best scale) per norm."""
-    n, hits = len(matched), int(sum(matched))
-    number = (
-        f"no logit factor c in {scales[0]:g}-{scales[-1]:g} gives the raw "
-        "weights EMA's TV on both length "
-        f"ranges in {n - hits}/{n} models; each at its own best c beyond s = "
-        f"{train_length}, EMA still "
-        f"lower by at least {best_gap['none'].min():.3f} (no norm) and "
-        f"{best_gap['attn_out'].min():.3f} (attn_out)"
+def bema_claim(grid: Mapping[object, Run]) -> Decision:
+    """BEMA_CLAIM on the grid: raw minus BEMA TV beyond L per seed, one cell per
+    configuration (norm, batch, lr)."""
+    effects = [
+        Effect.of(
+            run.gain("beyond", "bema"),
+            run.config.steps,
+            **_cell(run, "norm", "batch", "lr"),
+        )
+        for run in grid.values()
+    ]
+    return BEMA_CLAIM.decide(effects, "live", "the grid: norm x batch x lr")
+
+
+# the dropout rate the search's effect is read at: its range's top, the reference's
+DROPOUT_RATE = 0.3
+SEARCH_FACTORS: dict[str, FactorKind] = {
+    "norm": "categorical",
+    "lr": "log",
+    "batch": "log",
+    "dropout": "numeric",
+    "ema": "categorical",
+}
+
+
+def search_ema_effects(
+    search: Sequence[Run], lengths: LengthRange = "beyond"
+) -> list[Effect]:
+    """EMA's gain (raw minus EMA TV over ``lengths``, per seed) in every run of the
+    search: one cell each."""
+    return [
+        Effect.of(
+            run.gain(lengths),
+            run.config.steps,
+            remedy="ema",
+            run=i,
+            **_cell(run, "norm", "lr", "batch", "resid_dropout"),
+        )
+        for i, run in enumerate(search)
+    ]
+
+
+def dropout_effect(
+    rows: Sequence[Mapping[str, object]],
+    steps: int,
+    factors: Mapping[str, FactorKind] = SEARCH_FACTORS,
+) -> Effect:
+    """Dropout's effect in the search, one value per seed: the main-effects fit of the
+    raw weights' TV beyond L over the runs of that seed, its dropout slope times
+    ``-DROPOUT_RATE`` (TV without minus with dropout at that rate)."""
+    raw = [row for row in rows if not row["ema"]]
+    others = {name: kind for name, kind in factors.items() if name != "ema"}
+    slopes = [
+        factor_importance(
+            [r for r in raw if r["seed"] == seed], "tv_beyond", others
+        ).effects["dropout"]["slope"]
+        for seed in sorted({row["seed"] for row in raw})
+    ]
+    return Effect.of(
+        -DROPOUT_RATE * np.array(slopes),
+        steps,
+        remedy=f"resid_dropout {DROPOUT_RATE:g}",
     )
-    return Row("ch6-score-temperature", verdict(hits == 0, partly=hits < n / 2), number)
+
+
+def ema_pooled(effects: Sequence[Effect]) -> Interval:
+    """The pooled estimate (stratified over the cells) of EMA's gain, with its
+    t-interval."""
+    return pooled([e.interval for e in effects])
 
 
 def search_claim(
-    importance: Mapping[str, Mapping[str, float]],
-    ema_beyond: tuple[float, float, float],
-    dropout_slope: float,
-    n_runs: int,
-    n_seeds: int,
-    steps: int,
-    train_length: int,
-) -> Row:
-    """v1's random search: dropout and EMA improve length generalisation. A gain beyond
-    the training lengths counts only if sizable: EMA's mean paired change below -0.01,
-    dropout's slope below -0.1 TV per unit rate."""
-    ema_helps, dropout_helps = ema_beyond[0] < -0.01, dropout_slope < -0.1
-    beyond = importance["tv_beyond"]
-    number = (
-        f"{n_runs} runs x EMA off/on, {n_seeds} seeds, {steps} steps: share "
-        "of variance beyond "
-        f"s = {train_length} norm {beyond['norm']:.2f}, EMA {beyond['ema']:.2f}, "
-        f"dropout {beyond['dropout']:.2f}; EMA changes TV beyond by "
-        f"{signed(ema_beyond[0], 3)} "
-        f"(95% CI {signed(ema_beyond[1], 3)} to {signed(ema_beyond[2], 3)}); "
-        f"dropout slope {signed(dropout_slope, 2)} TV per unit rate"
+    search: Sequence[Run],
+    rows: Sequence[Mapping[str, object]],
+    factors: Mapping[str, FactorKind] = SEARCH_FACTORS,
+) -> Decision:
+    """SEARCH_CLAIM on the random search (``rows``: its :func:`score_rows`): EMA's gain
+    beyond L in every run (a cell each) and dropout's (:func:`dropout_effect`), TV
+    without minus with the remedy."""
+    steps = search[0].config.steps
+    effects = [*search_ema_effects(search), dropout_effect(rows, steps, factors)]
+    detail = (
+        f"{len(search)} random runs x EMA off/on; dropout 0 -> {DROPOUT_RATE:g} from "
+        "a main-effects fit over the runs, per seed"
     )
-    return Row(
-        "ch6-score-search",
-        verdict(ema_helps and dropout_helps, partly=ema_helps or dropout_helps),
-        number,
-    )
+    return SEARCH_CLAIM.decide(effects, "live", detail)
 
 
 # The chapter's scorecard claims, declared once (book/scorecard.md).

@@ -34,9 +34,8 @@ from ..core.model import run_with_cache
 from ..core.seeding import make_generator
 from ..core.tasks import Batch
 from ..runs import Results, Spec
-from ..runs.claims import Claim
+from ..runs.claims import Claim, Decision, Effect
 from ..runs.runner import register_evaluation
-from ..runs.scorecard import Row, verdict
 
 TaskName = Literal["tictactoe", "dyck1", "anbn", "unlock", "norepeat"]
 TASKS: tuple[str, ...] = get_args(TaskName)
@@ -261,45 +260,75 @@ def tv_text(results: Results, task: str, targets: str) -> str:
     return ", ".join(f"{norm} {value:.2f}" for norm, value in means.items())
 
 
-def scorecard(results: Results) -> list[Row]:
-    """The chapter's scorecard rows, from the quantities the notebook asserts."""
-    game = {
-        norm: per_seed(results, "tv_beyond", "tictactoe", "sampled", norm)
-        for norm in PLACEMENTS
-    }
-    ordered = (
-        game["attn_out"].max() < game["post"].min()
-        and game["post"].max() < game["none"].min()
+def steps_of(results: Results, task: str) -> int:
+    """The training steps of ``task``'s configurations in ``results``."""
+    steps = {c.steps for c in results.configs if c.task == task}
+    if len(steps) != 1:
+        raise ValueError(
+            f"task {task!r} has steps {sorted(steps)} in {results.spec.name}; allowed: "
+            "one value"
+        )
+    return steps.pop()
+
+
+def pair_effect(
+    results: Results, task: str, targets: str, worse: str, better: str
+) -> Effect:
+    """TV beyond the training lengths of placement ``worse`` minus ``better``, raw
+    weights, per seed (the same seeds): one cell (> 0: ``better`` is better)."""
+    values = per_seed(results, "tv_beyond", task, targets, worse) - per_seed(
+        results, "tv_beyond", task, targets, better
     )
-    gain = {
-        norm: ema_gains(results)["tictactoe", "sampled", norm] for norm in PLACEMENTS
-    }
-    with_norm = bool((gain["attn_out"] > 0).all())
-    without_norm = min(gain[norm].mean() for norm in ("none", "pre")) > 0
-    anbn = {
-        norm: per_seed(results, "tv_beyond", "anbn", "soft", norm).mean()
-        for norm in PLACEMENTS
-    }
-    game_text = tv_text(results, "tictactoe", "sampled")
-    gain_text = ", ".join(f"{norm} {gain[norm].mean():+.2f}" for norm in PLACEMENTS)
-    anbn_text = tv_text(results, "anbn", "soft")
+    return Effect.of(
+        values, steps_of(results, task), pair=f"{worse} - {better}", targets=targets
+    )
+
+
+# the game's order, as on set complement: each pair (worse, better)
+GAME_PAIRS = (("none", "post"), ("post", "attn_out"))
+
+
+def game_effects(results: Results, targets: str = "sampled") -> list[Effect]:
+    """The game's order, one cell per pair of :data:`GAME_PAIRS`."""
     return [
-        Row(
-            "ch7-score-game",
-            verdict(bool(ordered)),
-            "Tic-Tac-Toe, mean TV beyond training (sampled targets, "
-            f"{len(results.seeds)} seeds): {game_text}",
+        pair_effect(results, "tictactoe", targets, worse, better)
+        for worse, better in GAME_PAIRS
+    ]
+
+
+def ema_effects(
+    results: Results, task: str = "tictactoe", targets: str = "sampled"
+) -> list[Effect]:
+    """EMA's gain beyond the training lengths (raw minus EMA TV, per seed), one cell
+    per placement."""
+    gains = ema_gains(results)
+    return [
+        Effect.of(gains[task, targets, norm], steps_of(results, task), norm=norm)
+        for norm in PLACEMENTS
+    ]
+
+
+def scorecard(results: Results) -> list[Decision]:
+    """The chapter's scorecard rows: each declared claim decided on the live run."""
+    init = {c.init for c in results.configs}.pop()
+    anbn = pair_effect(results, "anbn", "soft", "none", "post")
+    anbn = Effect(anbn.cell | {"init": init}, anbn.step, anbn.interval)
+    return [
+        GAME_CLAIM.decide(
+            game_effects(results),
+            "live",
+            "Tic-Tac-Toe, sampled targets, mean TV beyond L: "
+            + tv_text(results, "tictactoe", "sampled"),
         ),
-        Row(
-            "ch7-score-game-ema",
-            verdict(with_norm and without_norm, partly=with_norm or without_norm),
-            f"Tic-Tac-Toe, TV gain of EMA beyond training (sampled): {gain_text}",
+        GAME_EMA_CLAIM.decide(
+            ema_effects(results), "live", "Tic-Tac-Toe, sampled targets"
         ),
-        Row(
-            "ch7-score-languages",
-            verdict(not min(anbn.values()) > 0.5 * anbn["none"]),
-            f"a^n b^n, mean TV beyond training (soft): {anbn_text}; "
-            "unlock and no-repeat need no remedy",
+        LANGUAGES_CLAIM.decide(
+            [anbn],
+            "live",
+            "a^n b^n, soft targets, mean TV beyond L: "
+            + tv_text(results, "anbn", "soft")
+            + "; unlock and no-repeat need no remedy",
         ),
     ]
 

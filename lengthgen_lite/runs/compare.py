@@ -21,10 +21,10 @@ import numpy as np
 from .claims import Effect
 from .results import Results
 from .spec import CONFIG_FIELDS
-from .stats import paired_interval, t_interval, unstable_seeds, windows_converged
+from .stats import paired_interval, rising, t_interval, unstable_seeds
 
 
-def _training(results: Results, config: int, step: int) -> tuple[bool, np.ndarray]:
+def training_state(results: Results, config: int, step: int) -> tuple[bool, np.ndarray]:
     """Whether a stored configuration's mean loss was flat at ``step`` (the plateau
     test, which a rising loss fails), and which of its seeds had collapsed by then. A
     live run records no loss windows: not converged, no seed flagged."""
@@ -33,7 +33,9 @@ def _training(results: Results, config: int, step: int) -> tuple[bool, np.ndarra
     training = results.training[config]
     ends = np.asarray(training["window_ends"])
     windows = np.asarray(training["loss_windows"], dtype=float)[:, ends <= step]
-    flat = windows_converged(windows, ends[ends <= step], step)
+    flat = bool(training["converged"][str(step)]) and not rising(
+        windows, ends[ends <= step], step
+    )
     return flat, unstable_seeds(windows)
 
 
@@ -82,7 +84,7 @@ def paired_effects(
             if len(sides) < 2:
                 continue
             a, b = (results.values(metric, config=i, step=step, **where) for i in sides)
-            flat, collapsed = zip(*(_training(results, i, step) for i in sides))
+            flat, collapsed = zip(*(training_state(results, i, step) for i in sides))
             effects.append(
                 Effect(
                     cell,
@@ -117,7 +119,7 @@ def level_effects(
         cell = {k: getattr(config, k) for k in axes}
         for step in sorted({r["step"] for r in results.select(config=index)}):
             values = value(results, config=index, step=step, **where) - minus
-            flat, collapsed = _training(results, index, step)
+            flat, collapsed = training_state(results, index, step)
             effects.append(
                 Effect(cell, step, t_interval(values), flat, int(collapsed.sum()))
             )
@@ -130,8 +132,8 @@ def unstable_counts(results: Results, **where: Any) -> dict[int, int]:
     out = {}
     for index in sorted({r["config"] for r in results.select(**where)}):
         last = max(r["step"] for r in results.select(config=index))
-        out[index] = int(_training(results, index, last)[1].sum())
+        out[index] = int(training_state(results, index, last)[1].sum())
     return out
 
 
-__all__ = ["level_effects", "paired_effects", "unstable_counts"]
+__all__ = ["level_effects", "paired_effects", "training_state", "unstable_counts"]

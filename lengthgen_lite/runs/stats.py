@@ -15,7 +15,7 @@ Convergence is measured on the training loss: :func:`loss_plateau` is the share 
 loss's whole fall that the last tenth of training still bought. A configuration has
 converged at a step when that share, on the seeds' mean loss, is within
 ``PLATEAU_TOLERANCE`` (1%) of zero on *either* side: a loss that rises again has not
-converged. :func:`unstable_seeds` flags a seed whose loss ended well above its own best.
+converged (:func:`rising` reads the rise from a stored sweep's loss windows). :func:`unstable_seeds` flags a seed whose loss ended well above its own best.
 """
 
 from __future__ import annotations
@@ -176,13 +176,13 @@ def converged(loss: np.ndarray, step: int) -> bool:
     return bool(abs(loss_plateau(mean, step)[0]) <= PLATEAU_TOLERANCE)
 
 
-def windows_converged(
-    windows: np.ndarray, window_ends: Sequence[int], step: int
-) -> bool:
-    """:func:`converged` read from stored loss windows ([seeds, windows], each the mean
-    over the steps up to its end): the seeds' mean over the windows ending in the last
-    tenth of ``step`` against those of the tenth before, the first window as the
-    start. Coarser than the per-step test where a window is longer than a tenth."""
+def rising(windows: np.ndarray, window_ends: Sequence[int], step: int) -> bool:
+    """Whether the seeds' mean loss rose at the end of the first ``step`` steps, read
+    from stored loss windows ([seeds, windows], each the mean over the steps up to its
+    end): the windows ending in the last tenth of ``step`` sit above those of the tenth
+    before by more than ``PLATEAU_TOLERANCE`` of the fall since the first window. The
+    stored convergence flag was tested on the whole loss curve for a fall only; this
+    adds the other side."""
     windows = np.asarray(windows, dtype=float)
     ends = np.asarray(window_ends)
     if windows.ndim != 2 or windows.shape[1] != len(ends):
@@ -198,8 +198,8 @@ def windows_converged(
     before = mean[(ends > step - 2 * tenth) & (ends <= step - tenth)]
     if before.size == 0:
         return False
-    fall = max(mean[0] - last, 1e-12)
-    return bool(abs(before.mean() - last) / fall <= PLATEAU_TOLERANCE)
+    fall = max(mean[0] - min(last, before.mean()), 1e-12)
+    return bool((last - before.mean()) / fall > PLATEAU_TOLERANCE)
 
 
 def unstable_seeds(windows: np.ndarray) -> np.ndarray:
@@ -229,5 +229,5 @@ __all__ = [
     "pooled",
     "t_interval",
     "unstable_seeds",
-    "windows_converged",
+    "rising",
 ]

@@ -321,11 +321,12 @@ def plot_spread_measures(
 def plot_gap_decay(
     s: np.ndarray,
     gap: Mapping[str, np.ndarray],
-    C: float,
+    gap_s2: float,
     train_length: int,
 ) -> list[Axes]:
-    """The logit gap against ``s`` on a log scale with ``2C/s`` dashed, and ``s x gap``
-    with ``2C`` dashed (flat means exactly 1/s). ``gap``: [K, v-1] per run."""
+    """The logit gap against ``s`` on a log scale with ``2 g2 / s`` dashed, and ``s x
+    gap`` with ``2 g2`` dashed (flat means exactly 1/s); ``gap_s2`` (g2) is the soft
+    gap at s = 2, the proposition's c / 2. ``gap``: [K, v-1] per run."""
     title = "The logit gap shrinks with the prefix length"
     _, axes = panels(2, width=5.6, height=4.0, title=title)
     plot_length_curves(
@@ -334,7 +335,7 @@ def plot_gap_decay(
         ylabel="logit gap (logit units)",
         title="Gap, log scale",
         train_length=train_length,
-        references={"2C/s (C: soft gap at s = 2)": 2 * C / s},
+        references={"2 g2/s (g2: soft gap at s = 2)": 2 * gap_s2 / s},
         logy=True,
         ax=axes[0],
     )
@@ -344,7 +345,7 @@ def plot_gap_decay(
         ylabel="s x gap (logit units)",
         title="s x gap: flat means exactly 1/s",
         train_length=train_length,
-        references={"2C": np.full(len(s), 2 * C)},
+        references={"2 g2": np.full(len(s), 2 * gap_s2)},
         ax=axes[1],
     )
     return list(axes)

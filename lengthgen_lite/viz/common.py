@@ -339,7 +339,8 @@ def glue_round(name: str, value: float, digits: int = 3) -> None:
 def glue_claims(decisions: Sequence[Decision], suffix: str = "") -> None:
     """Glue each decided claim's word and number under ``<key><suffix>-verdict`` and
     ``<key><suffix>-number``, the names ``book/scorecard.md`` reads (the reference page
-    passes ``suffix="-ref"``)."""
+    passes ``suffix="-ref"``), and the declared statement and source tag beside them
+    (``-statement``, ``-source``)."""
     # the book's glue; imported here so the package runs without it
     from myst_nb import glue
 
@@ -347,3 +348,6 @@ def glue_claims(decisions: Sequence[Decision], suffix: str = "") -> None:
         key = decision.claim.key + suffix
         glue(f"{key}-verdict", decision.word, display=False)
         glue(f"{key}-number", decision.number, display=False)
+        # the claim as declared, for the scorecard's first columns
+        glue(f"{key}-statement", decision.claim.statement, display=False)
+        glue(f"{key}-source", decision.claim.source, display=False)

@@ -11,8 +11,9 @@ import pandas as pd
 from matplotlib.axes import Axes
 
 from ..runs import Results
-from ..runs.compare import ReferenceClaim
-from ..runs.stats import PLATEAU_TOLERANCE
+from ..runs.claims import Decision, cell_word
+from ..runs.compare import training_state
+from ..runs.stats import PLATEAU_TOLERANCE, UNSTABLE_RISE
 from .common import ensure_axes, glue_claims
 from .style import PALETTE
 
@@ -21,7 +22,7 @@ def cell_label(cell: dict) -> str:
     return ", ".join(f"{k}={v}" for k, v in cell.items())
 
 
-def plot_effects(claim: ReferenceClaim, ylabel: str, ax: Axes | None = None) -> Axes:
+def plot_effects(claim: Decision, ylabel: str, ax: Axes | None = None) -> Axes:
     """A forest plot: one row per cell, the effect's mean and 95% interval at each
     budget (one colour per step); right of the dashed zero line the claim holds."""
     effects = claim.effects
@@ -52,23 +53,30 @@ def plot_effects(claim: ReferenceClaim, ylabel: str, ax: Axes | None = None) -> 
     ax.invert_yaxis()
     ax.set_xlabel(ylabel)
     ax.set_title(
-        f"{claim.claim.key}: {claim.claim.verdict} at {steps[-1]} steps "
-        "(hollow: not converged)"
+        f"{claim.claim.key}: {claim.word} at {steps[-1]} steps (hollow: not converged)"
     )
     ax.legend(loc="best", fontsize=8)
     return ax
 
 
-def effects_frame(claim: ReferenceClaim, digits: int = 3) -> pd.DataFrame:
-    """Cells x budgets: ``mean [low, high]`` and whether the training had converged."""
+def effects_frame(claim: Decision, digits: int = 3) -> pd.DataFrame:
+    """Cells x budgets: ``mean [low, high]``, the cell's word under the protocol, and
+    the seeds whose training collapsed."""
+    sesoi = claim.claim.sesoi
     rows = []
     for e in claim.effects:
         rows.append(
             {"cell": cell_label(e.cell), "step": e.step}
-            | {"effect [95% CI]": e.interval.text(digits), "converged": e.converged}
+            | {
+                "effect [95% CI]": e.interval.text(digits),
+                "word": cell_word(e, sesoi),
+                "unstable seeds": e.unstable,
+            }
         )
     return pd.DataFrame(rows).pivot(
-        index="cell", columns="step", values=["effect [95% CI]", "converged"]
+        index="cell",
+        columns="step",
+        values=["effect [95% CI]", "word", "unstable seeds"],
     )
 
 
@@ -89,26 +97,28 @@ def plot_losses(
     ax.set_xlabel("training step (log scale)")
     ax.set_ylabel("training loss (nats), mean over seeds")
     ax.set_title(
-        f"{results.spec.name}: converged = the last 10% of steps bought "
-        f"<= {PLATEAU_TOLERANCE:.0%} of the fall"
+        f"{results.spec.name}: converged = the last 10% of steps moved the loss "
+        f"by <= {PLATEAU_TOLERANCE:.0%} of its fall"
     )
     ax.legend(fontsize=7)
     return ax
 
 
 def convergence_frame(results: Results) -> pd.DataFrame:
-    """Per scored step: how many configurations had converged, and the largest share of
-    the loss's fall that the last tenth of training still bought."""
+    """Per scored step: how many configurations had converged (their seeds' mean loss
+    flat, neither falling nor rising again), and how many seeds had collapsed (their
+    loss ended above their own best by more than ``UNSTABLE_RISE`` of their fall)."""
     steps = sorted({r["step"] for r in results.rows})
     rows = []
     for step in steps:
-        flags = [t["converged"][str(step)] for t in results.training.values()]
-        shares = [np.mean(t["plateau"][str(step)]) for t in results.training.values()]
+        states = [training_state(results, i, step) for i in results.training]
+        flat = sum(state[0] for state in states)
+        collapsed = sum(int(state[1].sum()) for state in states)
         rows.append(
             {
                 "step": step,
-                "converged": f"{sum(flags)} of {len(flags)}",
-                "largest plateau share": round(float(max(shares)), 4),
+                "converged": f"{flat} of {len(states)}",
+                f"unstable seeds (> {UNSTABLE_RISE:.0%} back up)": collapsed,
             }
         )
     return pd.DataFrame(rows).set_index("step")
@@ -151,17 +161,14 @@ def glue_sweeps(sweeps: Mapping[str, Results]) -> None:
     glue("ref-hours", round(hours, 2), display=False)
 
 
-def glue_reference(claims: Sequence[ReferenceClaim]) -> None:
+def glue_reference(decisions: Sequence[Decision]) -> None:
     """Glue each row under ``<key>-ref-verdict``, ``<key>-ref-number`` and
     ``<key>-ref-budget`` (the reference table of ``book/scorecard.md``)."""
     from myst_nb import glue
 
-    for ref in claims:
-        key = ref.claim.key
-        glue_claims(
-            [type(ref.claim)(f"{key}-ref", ref.claim.verdict, ref.claim.number)]
-        )
-        glue(f"{key}-ref-budget", ref.budget, display=False)
+    glue_claims(decisions, suffix="-ref")
+    for decision in decisions:
+        glue(f"{decision.claim.key}-ref-budget", decision.budget, display=False)
 
 
 __all__ = [
