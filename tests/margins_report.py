@@ -2,7 +2,8 @@
 margins`).
 
 The notebook tests record each claim a chapter asserts through
-`lengthgen_lite.runs.claims` (`Claim.require`, `Claim.holds`) in `_build/margins/<run>/<notebook>.jsonl`, one run
+`lengthgen_lite.runs.claims` (`Claim.require`, `Claim.holds`) in
+`_build/margins/<run>/<notebook>.jsonl`, one run
 on the seeds the stored outputs use and one on new seeds. This prints one row per claim:
 its slack in units of its seed spread on each run, the smaller marked. A claim with less
 than `MIN_SPREADS` on either run sits on a knife edge: the report then exits 1, so `make

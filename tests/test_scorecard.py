@@ -2,7 +2,7 @@
 outputs.
 
 Its verdicts and numbers are glued from the chapters, so they cannot be typed in by
-hand; this checks that every entry exists in its chapter, that verdicts use the six
+hand; this checks that every entry exists in its chapter, that verdicts use the
 words that have a badge (book/_ext/lengthgen_book.py), that every link target exists,
 that no chapter computes an entry the scorecard leaves out, and that the page has its
 summary of counts, its badge legend and the table the badges are put in.
@@ -67,13 +67,10 @@ def test_every_row_has_a_verdict_a_number_and_a_link():
     assert len(rows) >= 20
     for row in rows:
         keys = [key for _, key in GLUE.findall(row)]
-        assert (
-            len(keys) == 2
-            and keys[0].endswith("-verdict")
-            and keys[1].endswith("-number")
-        ), row
-        claim = keys[0].removesuffix("-verdict")
-        assert keys[1] == f"{claim}-number"
+        claim = keys[0].removesuffix("-statement")
+        assert keys == [
+            f"{claim}-{part}" for part in ("statement", "source", "verdict", "number")
+        ], "the declared claim, its source, verdict and number, glued"
         assert REF.findall(row) == [claim], (
             "the row links to the chapter's evidence for the same claim"
         )
@@ -110,7 +107,7 @@ def test_no_chapter_entry_is_left_off_the_page():
         computed = {
             key
             for key in stored_glue(path.name)
-            if re.fullmatch(r"ch\d-score-[\w-]+-(verdict|number)", key)
+            if re.fullmatch(r"ch\d-score-[\w-]+-(statement|source|verdict|number)", key)
         }
         assert computed <= on_page, (
             f"{path.name} computes scorecard entries the page leaves out: "
@@ -139,16 +136,14 @@ def test_the_page_reads_at_a_glance():
 def test_the_pretrained_model_row_measures_a_llama_family_decoder():
     """Figure 1 is about Llama; the row is computed from the Llama-family model, not the
     MiniLM encoder."""
-    (row,) = [
-        line
-        for line in PAGE.splitlines()
-        if line.startswith("| The decay shows in a real pretrained model")
-    ]
-    assert [key for _, key in GLUE.findall(row)] == [
+    from lengthgen_lite.chapters.ch4_llama import LLAMA_CLAIM
+
+    (row,) = [line for line in PAGE.splitlines() if "ch4-score-llama-statement" in line]
+    assert [key for _, key in GLUE.findall(row)][2:] == [
         "ch4-score-llama-verdict",
         "ch4-score-llama-number",
     ]
-    assert "Llama-family" in row
+    assert "Llama-family" in LLAMA_CLAIM.statement
 
 
 def test_reference_rows_come_from_the_reference_page_and_have_a_live_row():
@@ -173,11 +168,12 @@ def test_reference_rows_come_from_the_reference_page_and_have_a_live_row():
     assert REFERENCE_ROWS
     for row in REFERENCE_ROWS:
         keys = REFERENCE_GLUE.findall(row)
-        claim = keys[0].removesuffix("-ref-verdict")
+        claim = keys[0].removesuffix("-ref-statement")
         assert keys == [
-            f"{claim}-ref-{part}" for part in ("verdict", "number", "budget")
+            f"{claim}-ref-{part}"
+            for part in ("statement", "verdict", "number", "budget")
         ]
         assert claim in live, f"{claim} has no live row"
-        assert ast.literal_eval(glued[keys[0]]) in VERDICTS
+        assert ast.literal_eval(glued[keys[1]]) in VERDICTS
         assert all(ast.literal_eval(glued[k]).strip() for k in keys)
         assert REF.findall(row)[0] in labels
