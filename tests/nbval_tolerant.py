@@ -46,8 +46,8 @@ import pytest
 from nbval.plugin import IPyNbCell, IPyNbFile, NbCellError
 
 from costliest_first import costliest_first
-from lengthgen_lite.runs.claims import MARGINS_FILE_VARIABLE
 from lengthgen_lite.core.seeding import SEED_OFFSET_VARIABLE
+from lengthgen_lite.runs.claims import MARGINS_FILE_VARIABLE
 from nbcompare import Report, compare_cell
 
 CHAPTERS = pathlib.Path(__file__).resolve().parents[1] / "notebooks"

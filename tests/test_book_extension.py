@@ -17,8 +17,8 @@ import yaml
 from sphinx.cmd.build import build_main
 
 import lengthgen_lite
-from lengthgen_lite.runs.results import provenance
 from lengthgen_lite.runs.claims import VERDICTS as PACKAGE_VERDICTS
+from lengthgen_lite.runs.results import provenance
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "book" / "_ext"))

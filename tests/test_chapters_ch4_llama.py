@@ -341,10 +341,9 @@ def test_global_mean_drift_and_its_size():
     drift = llama.global_mean_drift(record)
     assert drift.shape == (6, 2)
     spread = llama.global_std(out[:, :, 0].double()).numpy()
-    expected = (
-        out[:, :, -1].double().mean(-1) - out[:, :, 0].double().mean(-1)
-    ) / spread
-    np.testing.assert_allclose(drift, expected.numpy())
+    means = out.double().mean(-1).numpy()  # [sequences, layers, len(N)]
+    expected = (means[:, :, -1] - means[:, :, 0]) / spread
+    np.testing.assert_allclose(drift, expected)
     effects = llama.mean_drift_effects({"random tokens": record})
     assert [e.cell for e in effects] == [
         {"input": "random tokens", "layer": 0},

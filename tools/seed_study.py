@@ -9,7 +9,8 @@ default), records every claim's margin (`runs.claims`, via `LENGTHGEN_MARGINS_FI
 whether each chapter ran to its end, and writes one JSON file and a table:
 
     .venv/bin/python tools/seed_study.py                    # 5 sets, every chapter
-    .venv/bin/python tools/seed_study.py --offsets 11000 12000 --notebooks notebooks/05*.ipynb
+    .venv/bin/python tools/seed_study.py --offsets 11000 12000 \
+        --notebooks notebooks/05*.ipynb
 
 About 10 minutes per seed set on 2 cores (two chapters at a time, one torch thread
 each). A chapter that fails names the assert that failed; the claim is then restated
@@ -33,7 +34,6 @@ import time
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
 from costliest_first import costliest_first  # noqa: E402
-
 from lengthgen_lite.runs.claims import MARGINS_FILE_VARIABLE, load_margins  # noqa: E402
 
 DEFAULT_OFFSETS = (11000, 12000, 13000, 14000, 15000)
@@ -41,7 +41,8 @@ ERROR_LINE = re.compile(r"^(AssertionError|\w+Error): ?(.*)$", re.M)
 
 
 def run_chapter(notebook: pathlib.Path, offset: int, folder: pathlib.Path) -> dict:
-    """Execute one chapter on one seed set; its status, the error if any, its margins."""
+    """Execute one chapter on one seed set: its status, its error if any, and the
+    margins its claims recorded."""
     margins = folder / f"{notebook.stem}-{offset}.jsonl"
     margins.unlink(missing_ok=True)
     env = os.environ | {

@@ -15,7 +15,8 @@ Convergence is measured on the training loss: :func:`loss_plateau` is the share 
 loss's whole fall that the last tenth of training still bought. A configuration has
 converged at a step when that share, on the seeds' mean loss, is within
 ``PLATEAU_TOLERANCE`` (1%) of zero on *either* side: a loss that rises again has not
-converged (:func:`rising` reads the rise from a stored sweep's loss windows). :func:`unstable_seeds` flags a seed whose loss ended well above its own best.
+converged (:func:`rising` reads the rise from a stored sweep's loss windows).
+:func:`unstable_seeds` flags a seed whose loss ended well above its own best.
 """
 
 from __future__ import annotations
