@@ -21,22 +21,37 @@ import numpy as np
 from .claims import Effect
 from .results import Results
 from .spec import CONFIG_FIELDS
-from .stats import paired_interval, rising, t_interval, unstable_seeds
+from .stats import (
+    converged,
+    loss_windows,
+    paired_interval,
+    rising,
+    t_interval,
+    unstable_seeds,
+)
+
+# a live run's loss curve is cut into as many windows as a stored sweep keeps
+LIVE_WINDOWS = 60
 
 
 def training_state(results: Results, config: int, step: int) -> tuple[bool, np.ndarray]:
-    """Whether a stored configuration's mean loss was flat at ``step`` (the plateau
-    test, which a rising loss fails), and which of its seeds had collapsed by then. A
-    live run records no loss windows: not converged, no seed flagged."""
-    if config not in results.training:
-        return False, np.zeros(len(results.seeds), dtype=bool)
-    training = results.training[config]
-    ends = np.asarray(training["window_ends"])
-    windows = np.asarray(training["loss_windows"], dtype=float)[:, ends <= step]
-    flat = bool(training["converged"][str(step)]) and not rising(
-        windows, ends[ends <= step], step
-    )
-    return flat, unstable_seeds(windows)
+    """Whether a configuration's seed-mean loss was flat at ``step`` (the plateau test,
+    which a rising loss fails), and which of its seeds had collapsed by then: from a
+    stored sweep's loss windows, or from a live run's loss curve. A configuration with
+    neither (a live run loaded from disk): not converged, no seed flagged."""
+    if config in results.training:
+        training = results.training[config]
+        ends = np.asarray(training["window_ends"])
+        windows = np.asarray(training["loss_windows"], dtype=float)[:, ends <= step]
+        flat = bool(training["converged"][str(step)]) and not rising(
+            windows, ends[ends <= step], step
+        )
+        return flat, unstable_seeds(windows)
+    if config in results.trained:
+        loss = results.trained[config].loss[:step]
+        _, windows = loss_windows(loss, min(LIVE_WINDOWS, len(loss)))
+        return converged(loss, len(loss)), unstable_seeds(windows)
+    return False, np.zeros(len(results.seeds), dtype=bool)
 
 
 def paired_effects(

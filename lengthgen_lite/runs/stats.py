@@ -203,6 +203,19 @@ def rising(windows: np.ndarray, window_ends: Sequence[int], step: int) -> bool:
     return bool((last - before.mean()) / fall > PLATEAU_TOLERANCE)
 
 
+def loss_windows(loss: np.ndarray, count: int) -> tuple[np.ndarray, np.ndarray]:
+    """A loss curve [steps, seeds] as ``count`` window means: (window ends [count],
+    means [seeds, count]), the form a stored sweep keeps."""
+    loss = np.asarray(loss, dtype=float)
+    if loss.ndim != 2 or len(loss) < count:
+        raise ValueError(
+            f"loss must be [steps >= {count}, seeds], got shape {loss.shape}"
+        )
+    edges = np.linspace(0, len(loss), count + 1).astype(int)
+    means = [loss[a:b].mean(axis=0) for a, b in zip(edges[:-1], edges[1:])]
+    return edges[1:], np.array(means).T
+
+
 def unstable_seeds(windows: np.ndarray) -> np.ndarray:
     """Per seed, whether training collapsed: the last loss window sits above the
     seed's lowest window by more than ``UNSTABLE_RISE`` of its fall (first window
@@ -226,6 +239,7 @@ __all__ = [
     "converged",
     "equivalent",
     "loss_plateau",
+    "loss_windows",
     "paired_interval",
     "pooled",
     "t_interval",

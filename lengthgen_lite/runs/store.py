@@ -39,7 +39,7 @@ from ..core.validation import is_int, require_choice
 from .results import PROVENANCE_KEYS, ROW_KEYS, Results, provenance
 from .runner import check_run_options, ray_units, run_configuration, sort_rows
 from .spec import Spec
-from .stats import converged, loss_plateau
+from .stats import converged, loss_plateau, loss_windows
 
 STORE = pathlib.Path(__file__).resolve().parents[2] / "results" / "reference"
 LOSS_WINDOWS = 60  # window means kept of each seed's loss curve
@@ -92,11 +92,10 @@ def training_summary(loss: np.ndarray, steps: list[int]) -> dict[str, Any]:
     """The loss curve in window means [seeds, windows] and, per scored step, the
     plateau share per seed and whether the seeds' mean has converged."""
     loss = np.asarray(loss, dtype=float)
-    edges = np.linspace(0, len(loss), LOSS_WINDOWS + 1).astype(int)
-    windows = [loss[a:b].mean(axis=0) for a, b in zip(edges[:-1], edges[1:])]
+    ends, windows = loss_windows(loss, LOSS_WINDOWS)
     return {
-        "window_ends": [int(b) for b in edges[1:]],
-        "loss_windows": [[_round(float(x)) for x in w] for w in np.array(windows).T],
+        "window_ends": [int(b) for b in ends],
+        "loss_windows": [[_round(float(x)) for x in w] for w in windows],
         "plateau": {
             str(step): [_round(float(x)) for x in loss_plateau(loss, step)]
             for step in steps
