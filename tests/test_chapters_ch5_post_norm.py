@@ -134,9 +134,19 @@ def test_scorecard_rows_are_decisions_of_the_declared_claims(placements, dropout
     assert ch5.relative(profiles, "soft", "post", "gap")[:, 0].tolist() == [1.0, 1.0]
 
 
+def test_collapsed_reads_each_seeds_loss_curve(placements, dropout):
+    flags = ch5.collapsed(placements, targets="soft", norm="post")
+    assert flags.dtype == bool and flags.shape == (2,)
+    # another seed order, another configuration of another run
+    assert ch5.collapsed(placements, [1, 0], targets="soft", norm="post").tolist() == (
+        flags[::-1].tolist()
+    )
+    assert ch5.collapsed(dropout, targets="soft", attn_dropout=0.3).shape == (2,)
+
+
 def test_words_by_groups_the_cells_words(placements):
     profiles = ch5.profiles(placements, n_sequences=50)
-    decision = ch5.resharpen_claim(profiles, step=20)
+    decision = ch5.resharpen_claim(profiles, placements)
     words = ch5.words_by(decision, "part")
     assert list(words) == ["gap restored", "attention sharpened"]
     assert all(len(w) == 2 for w in words.values())

@@ -41,8 +41,8 @@ from ..core.training import TrainConfig
 from ..core.validation import require_choice, require_number
 from ..runs import Config, Results, Spec
 from ..runs.claims import Claim, Decision, Effect, at_step, cell_word
-from ..runs.compare import paired_effects
-from .ch1_set_complement import BASELINE, REFERENCE_AXES, SEEDS, STEPS, TRAIN_LENGTH
+from ..runs.compare import paired_effects, training_state
+from .ch1_set_complement import BASELINE, REFERENCE_AXES, SEEDS, TRAIN_LENGTH
 from .ch1_set_complement import book_choices as ch1_choices
 from .ch3_construction import ln_gap
 
@@ -641,14 +641,29 @@ NEAR_UNIFORM = 0.85
 GAP_RESTORED = 1.5
 
 
+def collapsed(
+    results: Results, seeds: Sequence[int] | None = None, **where: object
+) -> np.ndarray:
+    """Per seed (of ``seeds``, default the configuration's own), whether the one
+    configuration matching ``where`` collapsed in training (its loss ended well above
+    its best: :func:`~lengthgen_lite.runs.compare.training_state` at its last step). A
+    cell with such a seed is judged inconclusive."""
+    config = results.select(**where)[0]["config"]
+    flags = training_state(results, config, results.configs[config].steps)[1]
+    order = results.seeds_of(**where)
+    return np.array(
+        [bool(flags[order.index(seed)]) for seed in (order if seeds is None else seeds)]
+    )
+
+
 def resharpen_effects(
-    profiles: Mapping[tuple[str, str], Sequence[GapProfile]], step: int = STEPS
+    profiles: Mapping[tuple[str, str], Sequence[GapProfile]], placements: Results
 ) -> list[Effect]:
-    """The two parts of "Post-Norm resharpens attention" on the post-norm models, per
-    seed, one cell per target kind, as the reference reads them: "gap restored" (s x
-    gap at the longest s over s = 1, minus :data:`GAP_RESTORED`) and "attention
-    sharpened" (:data:`NEAR_UNIFORM` minus the smallest entropy / log s at s >= 2);
-    each > 0 where that part holds. ``step``: the budget the models trained for."""
+    """The two parts of "Post-Norm resharpens attention" on the post-norm models of
+    ``placements`` (``profiles``: theirs), per seed, one cell per target kind, as the
+    reference reads them: "gap restored" (s x gap at the longest s over s = 1, minus
+    :data:`GAP_RESTORED`) and "attention sharpened" (:data:`NEAR_UNIFORM` minus the
+    smallest entropy / log s at s >= 2); each > 0 where that part holds."""
     effects = []
     for targets in TARGETS:
         post = profiles[(targets, "post")]
@@ -657,15 +672,21 @@ def resharpen_effects(
             "gap restored": growth(post) - GAP_RESTORED,
             "attention sharpened": NEAR_UNIFORM - entropy,
         }
+        where = {"targets": targets, "norm": "post"}
+        step = placements.configs[placements.select(**where)[0]["config"]].steps
+        unstable = int(collapsed(placements, **where).sum())
+        cell = {"targets": targets, **LIVE_CELL}
         effects += [
-            Effect.of(values, step, targets=targets, **LIVE_CELL, part=part)
+            dataclasses.replace(
+                Effect.of(values, step, **cell, part=part), unstable=unstable
+            )
             for part, values in parts.items()
         ]
     return effects
 
 
 def resharpen_claim(
-    profiles: Mapping[tuple[str, str], Sequence[GapProfile]], step: int = STEPS
+    profiles: Mapping[tuple[str, str], Sequence[GapProfile]], placements: Results
 ) -> Decision:
     """Scorecard: "Post-Norm resharpens attention", decided by :data:`RESHARPEN_CLAIM`
     on the live run's post-norm models (:func:`resharpen_effects`: the gap restored,
@@ -683,7 +704,8 @@ def resharpen_claim(
         f"(no norm {none.mean():.2f}; divisor frozen {frozen.mean():.2f}); "
         f"post's attention entropy >= {entropy:.2f} of log s"
     )
-    return RESHARPEN_CLAIM.decide(resharpen_effects(profiles, step), "live", detail)
+    effects = resharpen_effects(profiles, placements)
+    return RESHARPEN_CLAIM.decide(effects, "live", detail)
 
 
 def dropout_changes(placements: Results, dropout: Results) -> np.ndarray:
@@ -704,13 +726,18 @@ def dropout_claim(placements: Results, dropout: Results) -> Decision:
     beyond the training lengths, paired over seeds, one cell per setting of
     ``DROPOUT`` (target kind, dropout kind and rate)."""
     changes = dropout_changes(placements, dropout)  # > 0: worse with dropout
-    step = dropout.configs[0].steps
     effects = []
     for (targets, kind, p), change in zip(DROPOUT, changes):
         rates = {k: (p if k == kind else 0.0) for k in DROPOUT_KINDS}
-        effects.append(
-            Effect.of(-change, step, targets=targets, **rates, init=LIVE_CELL["init"])
+        where = {"targets": targets, kind: p}
+        step = dropout.configs[dropout.select(**where)[0]["config"]].steps
+        seeds = dropout.seeds_of(**where)
+        unstable = collapsed(dropout, **where) | collapsed(
+            placements, seeds, targets=targets, norm="none"
         )
+        cell = {"targets": targets, **rates, "init": LIVE_CELL["init"]}
+        effect = Effect.of(-change, step, **cell)
+        effects.append(dataclasses.replace(effect, unstable=int(unstable.sum())))
     base = dropout_values(placements, dropout, "tv_beyond", "soft", "attn_dropout", 0)
     soft = [
         dropout_values(placements, dropout, "tv_beyond", t, k, p).mean()
@@ -731,10 +758,9 @@ def scorecard(
     dropout: Results,
 ) -> list[Decision]:
     """The chapter's three scorecard rows, decided on the live run."""
-    step = placements.configs[0].steps
     return [
         postnorm_claim(placements),
-        resharpen_claim(profiles, step),
+        resharpen_claim(profiles, placements),
         dropout_claim(placements, dropout),
     ]
 
