@@ -744,6 +744,17 @@ def drift_interval(drift: np.ndarray) -> Interval:
     return Interval(-i.mean, -i.high, -i.low, i.n, i.se, i.df, i.level)
 
 
+def mean_drift_detail(records: dict[str, LastPositionRecord]) -> str:
+    """The drift row's detail text: what was measured on how many sequences."""
+    record = next(iter(records.values()))
+    n, layers = record.after_o_proj.shape[:2]
+    return (
+        f"SmolLM2-135M, attention output after W_O at the last position, "
+        f"N = {record.N[0]} -> {record.N[-1]}; {len(records)} inputs x {layers} "
+        f"layers, {n} sequences each (a fixed model: no seeds, no training steps)"
+    )
+
+
 def mean_drift_effects(records: dict[str, LastPositionRecord]) -> list[Effect]:
     """MEAN_DRIFT_CLAIM's cells (chapter 4): per input kind and layer, the size of the
     global mean's drift from the smallest N to the largest (:func:`global_mean_drift`,

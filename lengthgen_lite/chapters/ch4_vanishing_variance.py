@@ -1025,8 +1025,10 @@ LAW_CLAIM = Claim(
     "diffuse attention)",
     "2504.02827 [paper]; the rate [ours]",
     metric="log-log slope of the output's std against N",
-    unit="slope",
-    effect="5 standard errors minus |slope + 1/2|",
+    unit="standard errors",
+    # ch4.law_margins: each margin in its own standard errors
+    effect="5 minus |slope + 1/2| (uniform); 0.15 minus the law's relative error; "
+    "minus the shallowest slope",
     sesoi=None,
     kind="demonstration",
 )
@@ -1070,8 +1072,9 @@ MEAN_DRIFT_CLAIM = Claim(
     metric="SmolLM2-135M's attention output after W_O at the last position: its "
     "global mean (over the 576 components), N = 512 against N = 8, per sequence",
     unit="global spreads at N = 8",
-    effect="size of the drift (the signed drift's t-interval over sequences, "
-    "reflected to the side its estimate fell on)",
+    # the signed drift's t-interval over sequences, reflected to the side its estimate
+    # fell on (ch4_llama.drift_interval): a drift can go either way
+    effect="size of the drift",
     sesoi=0.05,
     cells=("input", "layer"),
 )
