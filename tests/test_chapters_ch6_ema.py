@@ -422,10 +422,17 @@ def test_numbers_and_controls_from_a_tiny_grid():
     assert isinstance(numbers["n_seeds_norm"], int)
     assert ch6.bema_minus_ema(grid).shape == (8,)
     assert ch6.bema_lr_effect(grid).shape == (4,)
+    lr_effects = ch6.bema_lr_effects(grid)
+    np.testing.assert_allclose(
+        [e.interval.mean for e in lr_effects], ch6.bema_lr_effect(grid), atol=1e-12
+    )
+    assert [e.cell for e in lr_effects][1] == {"norm": "none", "batch": 128}
+    assert len(ch6.bema_versus_ema(grid)) == 8
     assert set(ch6.bema_numbers(grid)) == {
         "bema_train_gap_min",
         "bema_helps_beyond",
-        "bema_lr_effect_min",
+        "bema_lr_effect_attn_min",
+        "bema_lr_effect_none_max",
         "bema_worst_beyond",
     }
     control = ch6.temperature_control(grid)

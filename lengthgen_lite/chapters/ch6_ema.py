@@ -544,8 +544,8 @@ def bema_lr_effects(grid: Mapping[tuple[str, int, float], Run]) -> list[Effect]:
     makes BEMA worse), one cell each."""
     return [
         Effect.of(
-            grid[n, b, 1e-2].gain("beyond", "bema")
-            - grid[n, b, 3e-3].gain("beyond", "bema"),
+            grid[n, b, 3e-3].gain("beyond", "bema")
+            - grid[n, b, 1e-2].gain("beyond", "bema"),
             grid[n, b, 1e-2].config.steps,
             norm=n,
             batch=b,
@@ -557,12 +557,20 @@ def bema_lr_effects(grid: Mapping[tuple[str, int, float], Run]) -> list[Effect]:
 
 def bema_numbers(grid: Mapping[tuple[str, int, float], Run]) -> dict[str, float]:
     """The numbers the prose quotes about BEMA on the grid (glue name -> rounded
-    value)."""
+    value): its smallest loss to EMA at the training lengths, in how many
+    configurations it helps beyond them (:func:`bema_claim`), the learning rate's
+    effect (:func:`bema_lr_effects`, seed means) with and without the norm, and its
+    worst loss to the raw weights beyond."""
     beyond = bema_beyond(grid)
+    by_norm = {
+        norm: [e.interval.mean for e in bema_lr_effects(grid) if e.cell["norm"] == norm]
+        for norm in ("none", "attn_out")
+    }
     return {
         "bema_train_gap_min": _rounded(bema_minus_ema(grid).min(), 3),
-        "bema_helps_beyond": _rounded(sum(value < 0 for value in beyond.values()), 0),
-        "bema_lr_effect_min": _rounded(bema_lr_effect(grid).min(), 3),
+        "bema_helps_beyond": _rounded(len(bema_claim(grid).cells_with("helps")), 0),
+        "bema_lr_effect_attn_min": _rounded(min(by_norm["attn_out"]), 3),
+        "bema_lr_effect_none_max": _rounded(max(by_norm["none"]), 3),
         "bema_worst_beyond": _rounded(max(beyond.values()), 3),
     }
 
@@ -804,9 +812,9 @@ def search_numbers(
     steps: int,
 ) -> dict[str, float]:
     """The numbers the prose quotes about the random search (glue name -> rounded
-    value): its size, each fit's R^2 and factor importances, EMA's change (EMA minus
-    raw, pooled over the runs, with its 95% t-interval) on each length range and
-    dropout's slope."""
+    value): its size, each fit's R^2 and factor importances, EMA's gain on each length
+    range (raw minus EMA TV, pooled over the runs, with its 95% t-interval:
+    :func:`ema_pooled`) and dropout's slope."""
     numbers = {
         "search_n_runs": _rounded(n_runs, 0),
         "search_n_configs": _rounded(2 * n_runs, 0),
@@ -964,6 +972,16 @@ SPECS: dict[str, Spec] = {
 # 95% t-interval over the seeds, judged against the claim's SESOI.
 
 
+def cell_words(decision: Decision, **where: object) -> list[str]:
+    """The words of ``decision``'s cells at its last budget whose cell matches
+    ``where`` (cell fields, e.g. ``norm="attn_out"``)."""
+    return [
+        word
+        for effect, word in zip(decision.final, decision.words)
+        if all(effect.cell.get(k) == v for k, v in where.items())
+    ]
+
+
 def ema_effects(
     grid: Mapping[object, Run], lengths: LengthRange = "beyond"
 ) -> list[Effect]:
@@ -980,11 +998,20 @@ def ema_effects(
     ]
 
 
+def ema_words(
+    runs: Mapping[object, Run], lengths: LengthRange = "beyond"
+) -> dict[object, str]:
+    """The protocol's word for EMA's gain over ``lengths`` in each run (keyed as
+    ``runs``), against EMA_CLAIM's SESOI."""
+    effects = ema_effects(runs, lengths)
+    return {key: cell_word(e, EMA_CLAIM.sesoi) for key, e in zip(runs, effects)}
+
+
 def ema_claim(grid: Mapping[object, Run]) -> Decision:
     """EMA_CLAIM on the grid: raw minus EMA TV beyond the training lengths, sampled
     targets, logit scale 1, one cell per configuration; the detail says how EMA does
     at the training lengths, judged the same way."""
-    train_words = [cell_word(e, EMA_CLAIM.sesoi) for e in ema_effects(grid, "train")]
+    train_words = list(ema_words(grid, "train").values())
     runs = list(grid.values())
     detail = (
         f"sampled targets; at s <= {runs[0].train_length} EMA helps in "
