@@ -174,21 +174,24 @@ def test_factor_importance_finds_the_factor_that_matters():
         factor_importance([], "y", {"a": "categorical"})
 
 
-def test_dropout_effect_is_minus_the_rate_times_each_seeds_slope():
-    rows = []
-    for seed in (0, 1):
-        for i, dropout in enumerate((0.0, 0.1, 0.2, 0.3)):
-            norm = ("none", "attn_out")[i % 2]
-            tv = 0.5 + (0.1 + 0.05 * seed) * dropout - 0.2 * (norm == "attn_out")
+def test_dropout_effect_is_minus_the_rate_times_the_fitted_slope():
+    rows, noise = [], (0.004, -0.003, 0.002, -0.004, 0.001, 0.0)
+    for run, dropout in enumerate((0.0, 0.05, 0.1, 0.2, 0.25, 0.3)):
+        norm = ("none", "attn_out")[run % 2]
+        tv = 0.5 + 0.1 * dropout - 0.2 * (norm == "attn_out") + noise[run]
+        for seed in (0, 1):
             for ema in (False, True):
-                row = {"seed": seed, "ema": ema, "norm": norm, "dropout": dropout}
-                rows.append(row | {"tv_beyond": tv - 0.5 * ema})
+                row = {"run": run, "seed": seed, "ema": ema, "norm": norm}
+                rows.append(row | {"dropout": dropout, "tv_beyond": tv - 0.5 * ema})
     factors = {"norm": "categorical", "dropout": "numeric", "ema": "categorical"}
     effect = ch6.dropout_effect(rows, 400, factors)
     assert effect.cell == {"remedy": "resid_dropout 0.3"} and effect.step == 400
-    # the raw rows only: slopes 0.1 and 0.15, times -0.3
-    assert effect.interval.mean == pytest.approx(-0.3 * 0.125)
-    assert effect.interval.n == 2 and effect.interval.df == 1
+    # the raw rows' run means on norm and dropout: 6 runs, 3 coefficients
+    assert effect.interval.n == 6 and effect.interval.df == 3
+    assert effect.interval.mean == pytest.approx(-0.3 * 0.1, abs=0.01)
+    assert effect.interval.low < effect.interval.mean < effect.interval.high
+    with pytest.raises(ValueError, match="cannot fit"):
+        ch6.dropout_effect(rows[:8], 400, factors)
 
 
 TASK = SetComplement(v=8, train_length=3)

@@ -1095,22 +1095,36 @@ def dropout_effect(
     steps: int,
     factors: Mapping[str, FactorKind] = SEARCH_FACTORS,
 ) -> Effect:
-    """Dropout's effect in the search, one value per seed: the main-effects fit of the
-    raw weights' TV beyond L over the runs of that seed, its dropout slope times
-    ``-DROPOUT_RATE`` (TV without minus with dropout at that rate)."""
+    """Dropout's effect in the search: the main-effects least-squares fit of the raw
+    weights' TV beyond L (one value per run, the mean over its seeds) on the other
+    factors and dropout, its dropout slope times ``-DROPOUT_RATE`` (TV without minus
+    with dropout at that rate), with the fit's t-interval (residual degrees of
+    freedom: the runs, the configuration draw and the seeds, are the replication)."""
     raw = [row for row in rows if not row["ema"]]
-    others = {name: kind for name, kind in factors.items() if name != "ema"}
-    slopes = [
-        factor_importance(
-            [r for r in raw if r["seed"] == seed], "tv_beyond", others
-        ).effects["dropout"]["slope"]
-        for seed in sorted({row["seed"] for row in raw})
+    names = [name for name in factors if name not in ("ema", "dropout")]
+    by_run: dict[object, list[Mapping[str, object]]] = {}
+    for row in raw:
+        by_run.setdefault(row["run"], []).append(row)
+    runs = [
+        dict(group[0]) | {"tv_beyond": float(np.mean([r["tv_beyond"] for r in group]))}
+        for group in by_run.values()
     ]
-    return Effect.of(
-        -DROPOUT_RATE * np.array(slopes),
-        steps,
-        remedy=f"resid_dropout {DROPOUT_RATE:g}",
-    )
+    blocks = [_columns(runs, name, factors[name])[0] for name in names]
+    dropout = np.array([float(run["dropout"]) for run in runs])[:, None]
+    X = np.concatenate([np.ones((len(runs), 1)), *blocks, dropout], axis=1)
+    y = np.array([run["tv_beyond"] for run in runs])
+    coef, *_ = np.linalg.lstsq(X, y, rcond=None)
+    df = len(y) - np.linalg.matrix_rank(X)
+    if df < 1:
+        raise ValueError(
+            f"{len(y)} runs cannot fit {X.shape[1]} coefficients with a residual; "
+            "allowed: more runs than coefficients"
+        )
+    sigma2 = float(((y - X @ coef) ** 2).sum() / df)
+    se = float(np.sqrt(sigma2 * np.linalg.pinv(X.T @ X)[-1, -1]))
+    effect, se = -DROPOUT_RATE * float(coef[-1]), DROPOUT_RATE * se
+    interval = Interval(effect, effect, effect, len(y), se, float(df)).at_level(0.95)
+    return Effect({"remedy": f"resid_dropout {DROPOUT_RATE:g}"}, steps, interval)
 
 
 def ema_pooled(effects: Sequence[Effect]) -> Interval:
@@ -1131,7 +1145,7 @@ def search_claim(
     effects = [*search_ema_effects(search), dropout_effect(rows, steps, factors)]
     detail = (
         f"{len(search)} random runs x EMA off/on; dropout 0 -> {DROPOUT_RATE:g} from "
-        "a main-effects fit over the runs, per seed"
+        "a main-effects fit over the runs"
     )
     return SEARCH_CLAIM.decide(effects, "live", detail)
 
