@@ -129,6 +129,9 @@ def test_scorecard_rows_are_decisions_of_the_declared_claims(placements, dropout
         "resid_dropout": 0.0,
         "init": ch5.LIVE_CELL["init"],
     }
+    train = ch5.dropout_train_effects(placements, dropout)
+    assert [len(train[t]) for t in ("soft", "sampled")] == [4, 2]
+    assert train["sampled"][1].cell == {"targets": "sampled", "resid_dropout": 0.1}
     changes = ch5.dropout_changes(placements, dropout)
     assert dropout_row.final[0].interval.mean == pytest.approx(-changes[0].mean())
     assert ch5.relative(profiles, "soft", "post", "gap")[:, 0].tolist() == [1.0, 1.0]

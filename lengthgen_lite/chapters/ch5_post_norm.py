@@ -720,6 +720,24 @@ def dropout_changes(placements: Results, dropout: Results) -> np.ndarray:
     )
 
 
+def dropout_train_effects(
+    placements: Results, dropout: Results
+) -> dict[str, list[Effect]]:
+    """At the training lengths: dropout minus no dropout TV (``tv_train``), paired over
+    the seeds of ``dropout`` (> 0: worse with dropout), one cell per setting of
+    ``DROPOUT``: target kind -> its settings' effects."""
+    out: dict[str, list[Effect]] = {}
+    for targets, kind, p in DROPOUT:
+        with_p, base = (
+            dropout_values(placements, dropout, "tv_train", targets, kind, q)
+            for q in (p, 0.0)
+        )
+        step = dropout.configs[0].steps
+        effect = Effect.of(with_p - base, step, targets=targets, **{kind: p})
+        out.setdefault(targets, []).append(effect)
+    return out
+
+
 def dropout_claim(placements: Results, dropout: Results) -> Decision:
     """Scorecard: v1's "more dropout counteracts dispersion", on the no-norm model,
     decided by :data:`DROPOUT_CLAIM` on the live run: no dropout minus dropout TV
