@@ -218,3 +218,32 @@ def test_tv_and_invalid_mass_grid_has_a_row_per_metric_and_a_column_per_kind():
     plt.close(fig)
     with pytest.raises(ValueError, match="targets must name"):
         plot_tv_and_invalid_mass(s, curves, (), tv_label="TV", train_length=2, title="")
+
+
+def test_glue_claims_glues_the_decision_and_the_declaration(monkeypatch):
+    import myst_nb
+
+    from lengthgen_lite.runs.claims import Claim, Effect
+    from lengthgen_lite.viz.common import glue_claims
+
+    claim = Claim(
+        "ch9-score-x",
+        "a remedy helps",
+        "[ours]",
+        "TV",
+        "TV",
+        "without minus with",
+        0.01,
+    )
+    decision = claim.decide([Effect.of([0.05, 0.06, 0.07], 1000)])
+    glued = {}
+    monkeypatch.setattr(
+        myst_nb, "glue", lambda name, value, display: glued.setdefault(name, value)
+    )
+    glue_claims([decision], suffix="-ref")
+    assert glued == {
+        "ch9-score-x-ref-verdict": "reproduced",
+        "ch9-score-x-ref-number": decision.number,
+        "ch9-score-x-ref-statement": "a remedy helps",
+        "ch9-score-x-ref-source": "[ours]",
+    }
