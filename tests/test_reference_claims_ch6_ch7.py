@@ -131,7 +131,7 @@ def ch6_tv(config, variant, scale, seed):
 def test_chapter_six_claims_read_every_cell_and_averager():
     grid = fabricated(ch6.SPECS["ch6/grid"], ch6_tv)
     ema = reference.ema_helps(grid)
-    assert ema.claim.key == "ch6-score-ema" and ema.claim.verdict == "reproduced"
+    assert ema.claim.key == "ch6-score-ema" and ema.word == "reproduced"
     last = [e for e in ema.effects if e.step == 6000]
     assert len(last) == 8 * 2  # cells x windows
     assert {e.cell["averager"] for e in last} == {"ema", "ema_long"}
@@ -140,8 +140,8 @@ def test_chapter_six_claims_read_every_cell_and_averager():
     temperature = reference.temperature(grid)
     # raw at 1.5 (0.29) minus EMA at 1 (0.26): paired, the noise cancels
     assert {round(e.interval.mean, 6) for e in temperature.effects} == {0.03}
-    assert temperature.claim.verdict == "reproduced"
-    assert "1, 1.5" in temperature.claim.number
+    assert temperature.word == "reproduced"
+    assert "1, 1.5" in temperature.number
 
 
 def test_chapter_six_search_and_bema_claims():
@@ -152,11 +152,12 @@ def test_chapter_six_search_and_bema_claims():
     dropout = [e for e in last if e.cell["remedy"] == "resid_dropout 0.3"]
     ema = [e for e in last if e.cell["remedy"] == "ema"]
     assert len(dropout) == 2 * 2 and len(ema) == 8  # norm x init; x dropout
-    # dropout helps only without a norm: some cells above zero, the rest a null
-    assert found.claim.verdict == "partly reproduced"
+    # dropout helps only without a norm: helps there, equivalent elsewhere, EMA helps
+    assert found.word == "mixed"
+    assert found.counts == {"helps": 10, "equivalent": 2}
     bema = reference.bema_helps(search)
     assert bema.claim.key == "ch6-score-bema"
-    assert bema.claim.verdict == "not reproduced"  # BEMA worse by 0.01 everywhere
+    assert bema.word == "reversed"  # BEMA worse by 0.01 everywhere
     with pytest.raises(ValueError, match="no 'ema_long'|no residual dropout"):
         reference.search_finds(fabricated(ch6.SPECS["ch6/grid"], ch6_tv))
     with pytest.raises(ValueError, match="at least two logit scales"):
@@ -177,15 +178,15 @@ def ch7_tv(config, variant, scale, seed):
 def test_chapter_seven_claims():
     sweep = fabricated(ch7.SPECS["ch7/placements"], ch7_tv)
     game = reference.game_order(sweep)
-    assert game.claim.key == "ch7-score-game" and game.claim.verdict == "reproduced"
+    assert game.claim.key == "ch7-score-game" and game.word == "reproduced"
     last = [e for e in game.effects if e.step == 6000]
     assert {e.cell["pair"] for e in last} == {"post - attn_out", "none - post"}
     assert len(last) == 2 * 2  # pairs x init
     ema = reference.game_ema(sweep)
-    assert ema.claim.verdict == "reproduced"
+    assert ema.word == "reproduced"
     assert len([e for e in ema.effects if e.step == 6000]) == 3 * 2
     assert {tuple(e.cell) for e in ema.effects} == {("norm", "init")}  # game pinned
     languages = reference.languages(sweep)
     assert languages.claim.key == "ch7-score-languages"
-    assert languages.claim.verdict == "robust null"  # identical sides: zero everywhere
+    assert languages.word == "no effect"  # identical sides: zero everywhere
     assert all(e.cell["targets"] == "soft" for e in languages.effects)

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from lengthgen_lite.chapters import reference
-from lengthgen_lite.runs.compare import at_step
+from lengthgen_lite.runs.claims import at_step
 from lengthgen_lite.runs.runner import run_configuration
 
 NAMES = [*reference.SPECS, *reference.IN_PROGRESS]
@@ -60,7 +60,7 @@ def test_chapter_four_claims_name_their_task_and_the_partial_grid():
     assert drift.claim.key == "ch4-score-mean-drift"
     assert all(e.cell["task"] in reference.RETRIEVAL_KEYS for e in drift.effects)
     if retrieval.provenance["missing"]:
-        assert "partial grid" in drift.claim.number
+        assert "partial grid" in drift.number
     with pytest.raises(ValueError, match="task='lookup' is unknown"):
         reference.layernorm_gain(retrieval, "lookup")
 

@@ -398,7 +398,9 @@ def temperature(grid: Results) -> Decision:
             "sweep with at least two logit scales"
         )
     effects = level_effects(grid, _best_scale_gap)
-    return ch6.TEMPERATURE_CLAIM.decide(effects, "reference")
+    scales = ", ".join(f"{c:g}" for c in grid.spec.scales)
+    detail = f"each at its best logit scale of {scales}"
+    return ch6.TEMPERATURE_CLAIM.decide(effects, "reference", detail=detail)
 
 
 def bema_helps(search: Results) -> Decision:
