@@ -24,6 +24,11 @@ from ..runs.scorecard import Claim, verdict
 
 # soft targets: the gap's fitted exponent is -1 within this, in every seed
 EXPONENT_TOL = 0.1
+# why `lengthgen-lite list` shows no experiment of this chapter's own
+NO_SPECS = (
+    "it measures chapter 1's baseline models, trained in its notebook "
+    "(lengthgen-lite run ch1/baseline reruns them bigger)"
+)
 
 
 def _lengths(s: Sequence[float]) -> np.ndarray:
