@@ -2,15 +2,20 @@
 (``lengthgen-lite``).
 
     lengthgen-lite list
-    lengthgen-lite show ch5/dropout               # the spec as JSON
+    lengthgen-lite show ch5/dropout > spec.json   # the spec as JSON
+    lengthgen-lite run --spec spec.json           # ... edited or not, run as it is
     lengthgen-lite run ch7 --seeds 2 --steps 50   # a chapter name runs its first spec
     lengthgen-lite run ch5/placements --seeds 20 --steps 5000 --backend ray \
         --out ch5.json
     lengthgen-lite run ch5 --scale reference      # the converged sweep, into the store
+    lengthgen-lite --version
 
 ``--scale reference`` runs the experiment's reference sweep (``Spec.at_scale``) into the
 results store (``results/reference/``, or ``--store``), one file per configuration as
-it lands; configurations already stored are skipped, so the same command resumes.
+it lands; configurations already stored are skipped, so the same command resumes, and
+a damaged stored file is set aside and its configuration trained again (one line says
+so). ``run`` ends with a summary: where the results went, the seeds and steps, the wall
+time and the key metric per configuration (``Results.key_metric``).
 
 Layering: the command line imports :mod:`lengthgen_lite.runs` and nothing above it. The
 chapters' experiments are found at run time, as data: every ``chapters/chN_*.py`` whose
@@ -18,8 +23,10 @@ source assigns a top-level ``SPECS`` is imported by name (:func:`discover`), and
 ``SPECS`` read. So the static import graph stays ``cli -> runs -> core`` (checked by
 ``tests/test_package_rules.py``), a new chapter needs no registry edit, and modules
 without specs (chapter 4's pretrained models, which import transformers) are never
-loaded. Any bad name or value ends the command before training with argparse's usage
-error (exit code 2) saying what is allowed.
+loaded. A chapter with no experiment of its own says why in a top-level ``NO_SPECS``
+line, read from its source (:func:`without_specs`), and ``list`` shows it. Any bad name
+or value ends the command before training with argparse's usage error (exit code 2)
+naming the flag as typed and saying what is allowed.
 """
 
 from __future__ import annotations
@@ -30,38 +37,64 @@ import importlib
 import json
 import pathlib
 import sys
+import time
 from collections.abc import Sequence
 
-from .runs import Spec, run
+from .runs import Results, Spec, run
+from .runs.results import KEY_METRICS
 from .runs.runner import BACKENDS, check_run_options
 from .runs.spec import SCALES
 from .runs.store import STORE, Store, sweep
 
 CHAPTERS = pathlib.Path(__file__).resolve().parent / "chapters"
+# run's options as the user types them, for the runner's checks to name
+FLAGS = {
+    "backend": "--backend",
+    "seeds_per_task": "--seeds-per-task",
+    "ray_address": "--ray-address",
+    "ray_num_cpus": "--ray-cpus",
+}
 
 
-def _declares_specs(path: pathlib.Path) -> bool:
+def _chapter_files() -> list[pathlib.Path]:
+    return sorted(
+        CHAPTERS.glob("ch[0-9]*_*.py"), key=lambda p: int(p.stem[2:].split("_")[0])
+    )
+
+
+def _assigned(path: pathlib.Path) -> dict[str, ast.expr]:
+    """The names a module's source assigns at its top level, with their values."""
+    names: dict[str, ast.expr] = {}
     for node in ast.parse(path.read_text()).body:
-        targets = (
-            node.targets
-            if isinstance(node, ast.Assign)
-            else [getattr(node, "target", None)]
-        )
-        if any(isinstance(t, ast.Name) and t.id == "SPECS" for t in targets):
-            return True
-    return False
+        if isinstance(node, ast.Assign):
+            targets, value = node.targets, node.value
+        elif isinstance(node, ast.AnnAssign) and node.value is not None:
+            targets, value = [node.target], node.value
+        else:
+            continue
+        names |= {t.id: value for t in targets if isinstance(t, ast.Name)}
+    return names
 
 
 def discover() -> dict[str, Spec]:
     """Every chapter's specs by name, in chapter order (see the module docstring)."""
     specs: dict[str, Spec] = {}
-    for path in sorted(
-        CHAPTERS.glob("ch[0-9]*_*.py"), key=lambda p: int(p.stem[2:].split("_")[0])
-    ):
-        if _declares_specs(path):
+    for path in _chapter_files():
+        if "SPECS" in _assigned(path):
             module = importlib.import_module(f"{__package__}.chapters.{path.stem}")
             specs |= module.SPECS
     return specs
+
+
+def without_specs() -> dict[str, str]:
+    """Why a chapter has no experiment of its own, by chapter (``"ch2"``): its
+    ``NO_SPECS`` line, read from the source, so ``list`` never leaves a chapter out
+    without a word."""
+    return {
+        path.stem.split("_")[0]: ast.literal_eval(names["NO_SPECS"])
+        for path in _chapter_files()
+        if "NO_SPECS" in (names := _assigned(path))
+    }
 
 
 def resolve(name: str, specs: dict[str, Spec]) -> Spec:
@@ -81,20 +114,50 @@ def resolve(name: str, specs: dict[str, Spec]) -> Spec:
 def parse_seeds(text: str) -> list[int]:
     """``"5"``: seeds 0..4; ``"0,3,7"``: exactly those seeds."""
     try:
-        if "," in text:
-            return [int(part) for part in text.split(",")]
-        count = int(text)
+        numbers = [int(part) for part in text.split(",")]
     except ValueError:
         raise ValueError(
             f"--seeds={text!r} is invalid; allowed: a count N (seeds 0..N-1) "
             "or a comma list like 0,3,7"
         ) from None
-    if count < 1:
+    if "," in text:
+        if min(numbers) < 0 or len(set(numbers)) != len(numbers):
+            raise ValueError(
+                f"--seeds={text!r} is invalid; allowed: distinct seeds >= 0, e.g. 0,3,7"
+            )
+        return numbers
+    if numbers[0] < 1:
         raise ValueError(
             f"--seeds={text!r} is invalid; allowed: a count N >= 1 (seeds "
             "0..N-1) or a comma list"
         )
-    return list(range(count))
+    return list(range(numbers[0]))
+
+
+def parse_count(text: str) -> int:
+    """An argparse type: an integer >= 1 (steps, test sets, CPUs); argparse's error
+    then names the flag as the user typed it."""
+    try:
+        if (value := int(text)) >= 1:
+            return value
+    except ValueError:
+        pass
+    raise argparse.ArgumentTypeError(f"{text!r} is invalid; allowed: an integer >= 1")
+
+
+def read_spec(path: str) -> Spec:
+    """The spec in a JSON file as ``show`` prints it (``run --spec FILE``)."""
+    allowed = "a JSON file as `lengthgen-lite show NAME` prints it"
+    try:
+        return Spec.from_dict(json.loads(pathlib.Path(path).read_text()))
+    except OSError as err:
+        raise ValueError(
+            f"--spec={path!r} cannot be read ({err.strerror}); allowed: {allowed}"
+        ) from None
+    except (TypeError, ValueError) as err:  # not JSON, or not a spec
+        raise ValueError(
+            f"--spec={path!r} is invalid: {err}; allowed: {allowed}"
+        ) from None
 
 
 def parse_indices(text: str) -> list[int]:
@@ -115,6 +178,11 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="lengthgen-lite", description="Rerun the book's experiments by name."
     )
+    # the package's own version (imported by name: the layering keeps cli on runs)
+    version = importlib.import_module(__package__).__version__
+    parser.add_argument(
+        "--version", action="version", version=f"lengthgen-lite {version}"
+    )
     commands = parser.add_subparsers(dest="command", required=True)
     commands.add_parser("list", help="every chapter's experiments, with their sizes")
     show = commands.add_parser("show", help="print an experiment's spec as JSON")
@@ -127,19 +195,25 @@ def build_parser() -> argparse.ArgumentParser:
     go.add_argument(
         "name",
         metavar="NAME",
+        nargs="?",
         help="a chapter (ch7: its first experiment) or an experiment (ch5/dropout)",
+    )
+    go.add_argument(
+        "--spec",
+        metavar="FILE",
+        help="instead of NAME: a spec as JSON, as `show` prints it",
     )
     go.add_argument(
         "--seeds", help="N (seeds 0..N-1) or a comma list of seeds, e.g. 0,3,7"
     )
     go.add_argument(
         "--steps",
-        type=int,
+        type=parse_count,
         help="training steps of every configuration (warm-up capped at half)",
     )
     go.add_argument(
         "--test-sets",
-        type=int,
+        type=parse_count,
         help="test sequences (or sets) per length of every evaluation, e.g. 50 for a "
         "quick smoke run (default: the experiment's own)",
     )
@@ -155,12 +229,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     go.add_argument(
         "--ray-cpus",
-        type=int,
+        type=parse_count,
         help="CPUs of the local Ray cluster (default: all of this machine's)",
     )
     go.add_argument(
         "--seeds-per-task",
-        type=int,
+        type=parse_count,
         help="with --backend ray: split each configuration's seeds",
     )
     go.add_argument(
@@ -196,13 +270,28 @@ def _size(spec: Spec) -> str:
     )
 
 
-def _list(specs: dict[str, Spec]) -> str:
+def _list(specs: dict[str, Spec], reasons: dict[str, str]) -> str:
     lines = []
     for name, spec in specs.items():
         lines.append(f"{name:16} {spec.description}")
         lines.append(f"{'':18}live      {_size(spec)}")
         lines.append(f"{'':18}reference {_size(spec.at_scale('reference'))}")
+    for chapter, reason in reasons.items():
+        lines.append(f"{chapter:16} no experiment of its own: {reason}")
     return "\n".join(lines)
+
+
+def _chosen(args: argparse.Namespace, specs: dict[str, Spec]) -> Spec:
+    """``show NAME``; ``run`` NAME or ``--spec FILE``, exactly one of them."""
+    if args.command == "run" and (args.name is None) == (args.spec is None):
+        raise ValueError(
+            f"run got {'both NAME and' if args.spec else 'neither NAME nor'} --spec; "
+            "allowed: exactly one, a chapter (ch5), an experiment (ch5/dropout) or "
+            "--spec FILE"
+        )
+    if args.command == "run" and args.spec is not None:
+        return read_spec(args.spec)
+    return resolve(args.name, specs)
 
 
 def _scaled(spec: Spec, args: argparse.Namespace) -> Spec:
@@ -220,15 +309,55 @@ def _scaled(spec: Spec, args: argparse.Namespace) -> Spec:
     return spec.with_overrides(**changes)
 
 
+def _seeds_text(seeds: Sequence[int]) -> str:
+    """As ``--seeds`` takes them: ``0..9`` for a run of seeds, else ``0,3,7``."""
+    seeds = list(seeds)
+    if len(seeds) > 2 and seeds == list(range(seeds[0], seeds[-1] + 1)):
+        return f"{seeds[0]}..{seeds[-1]}"
+    return ",".join(map(str, seeds))
+
+
+def _summary(results: Results, where: str, wall: float) -> str:
+    """What ``run`` says at the end: where the results went, what was trained, the
+    wall time, and the key metric of every configuration the results hold."""
+    spec = results.spec
+    steps = "/".join(map(str, sorted({c.steps for c in results.configs})))
+    if spec.checkpoints:
+        steps += f" (scored also at {', '.join(map(str, spec.checkpoints))})"
+    metric = results.key_metric()
+    base = metric.removesuffix("_beyond")
+    labels = {
+        i: results.configs[i].label(spec.varying())
+        for i in sorted({row["config"] for row in results.rows})
+    }
+    width = max(map(len, labels.values()))
+    lines = [
+        f"{spec.name}: {len(results.configs)} configurations, seeds "
+        f"{_seeds_text(spec.seeds)}, {steps} steps, wall time {wall:.1f} s",
+        f"results: {where}",
+        f"key metric {metric}: {base} averaged over the lengths beyond training (the "
+        f"first of {', '.join(KEY_METRICS)} the results hold, else their first)",
+        "per configuration, raw weights at the last step: mean over seeds [min, max]",
+    ]
+    for i, label in labels.items():
+        values = results.values(metric, config=i)
+        lines.append(
+            f"{i:4d}  {label:{width}}  {values.mean():.4g}  "
+            f"[{values.min():.4g}, {values.max():.4g}]"
+        )
+    return "\n".join(lines)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    # (also registers the chapters' evaluations, which a --spec file's tasks may need)
     specs = discover()
     if args.command == "list":
-        print(_list(specs))
+        print(_list(specs, without_specs()))
         return 0
     try:  # every check before any training
-        spec = resolve(args.name, specs)
+        spec = _chosen(args, specs)
         if args.command == "show":
             print(json.dumps(spec.to_dict(), indent=1))
             return 0
@@ -243,7 +372,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             "ray_address": args.ray_address,
             "ray_num_cpus": args.ray_cpus,
         }
-        check_run_options(args.backend, **ray_options)
+        check_run_options(args.backend, **ray_options, names=FLAGS)
         if args.backend == "ray":
             # (only to fail now, with a clear message, if it is missing)
             import ray  # noqa: F401
@@ -254,7 +383,12 @@ def main(argv: Sequence[str] | None = None) -> int:
                 "reference (a live run is one results file of every configuration)"
             )
         if only is not None:
-            Store(args.store).todo(spec, only)  # (only to fail now on a bad index)
+            try:  # (only to fail now on a bad index)
+                Store(args.store).todo(spec, only)
+            except ValueError as err:
+                raise ValueError(
+                    f"--configs={args.configs!r} is invalid: {err}"
+                ) from None
         out = pathlib.Path(args.out)
         if out.is_dir():
             raise ValueError(
@@ -270,15 +404,18 @@ def main(argv: Sequence[str] | None = None) -> int:
             "'lengthgen_lite[ray]'"
         )
     command = " ".join(["lengthgen-lite", *(sys.argv[1:] if argv is None else argv)])
+    start = time.perf_counter()
     if args.scale == "reference":
         store = Store(args.store)
+        for line in store.set_aside_damaged(spec):  # before counting what to run
+            print(line, flush=True)
         todo = store.todo(spec, only)
         n = len(spec.configurations())
         print(
             f"{spec.name}: {n - len(store.missing(spec))} of {n} stored, "
             f"{len(todo)} to run"
         )
-        sweep(
+        results = sweep(
             spec,
             store,
             backend=args.backend,
@@ -289,13 +426,18 @@ def main(argv: Sequence[str] | None = None) -> int:
             on_saved=lambda path: print(f"saved {path}", flush=True),
             only=only,
         )
-        return 0
-    results = run(
-        spec,
-        backend=args.backend,
-        progress=not args.no_progress,
-        command=command,
-        **ray_options,
-    )
-    results.save(out)
+        if results is None:  # --configs, and the rest of the sweep not stored yet
+            results = store.load(spec, partial=True)
+        stored = n - len(results.provenance["missing"])
+        where = f"store folder {store.folder(spec)} ({stored} of {n} configurations)"
+    else:
+        results = run(
+            spec,
+            backend=args.backend,
+            progress=not args.no_progress,
+            command=command,
+            **ray_options,
+        )
+        where = str(results.save(out))
+    print(_summary(results, where, time.perf_counter() - start))
     return 0

@@ -113,7 +113,7 @@ def test_a_retrieval_task_trains_its_model_and_is_scored_per_set_size(monkeypatc
         ({"backend": "dask"}, r"unknown backend 'dask'; allowed: 'local', 'ray'"),
         (
             {"seeds_per_task": 1},
-            r"seeds_per_task=1 is invalid; allowed: None with backend='local'",
+            r"seeds_per_task=1 is invalid; allowed: only with backend='ray'",
         ),
         (
             {"backend": "ray", "seeds_per_task": 0},
@@ -125,7 +125,7 @@ def test_a_retrieval_task_trains_its_model_and_is_scored_per_set_size(monkeypatc
         ),
         (
             {"backend": "ray", "ray_address": "auto", "ray_num_cpus": 2},
-            r"ray_num_cpus must be None",
+            r"ray_num_cpus must be unset when ray_address is given",
         ),
     ],
 )

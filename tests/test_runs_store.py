@@ -1,3 +1,7 @@
+import gzip
+import re
+import shutil
+
 import numpy as np
 import pytest
 
@@ -30,6 +34,7 @@ def test_a_sweep_saves_one_file_per_configuration_with_provenance(swept):
     assert sorted(data["training"]["converged"]) == ["20", "40", "60"]
     assert np.array(data["training"]["loss_windows"]).shape == (3, store.LOSS_WINDOWS)
     assert results.spec.scale == "reference" and results.seeds == [0, 1, 2]
+    assert results.key_metric() == "tv_beyond"
     assert results.training.keys() == {0, 1}
 
 
@@ -55,6 +60,73 @@ def test_a_second_sweep_resumes_without_training(swept, monkeypatch):
     assert again.rows == results.rows
 
 
+def _damage(path, how):
+    """Cut a store file short, flip a byte of it, or gzip text that is not JSON."""
+    data = bytearray(path.read_bytes())
+    if how == "truncated":
+        data = data[: len(data) // 2]
+    elif how == "flipped":
+        data[len(data) // 2] ^= 0xFF
+    else:
+        data = gzip.compress(b'{"spec": {"name": ')
+    path.write_bytes(bytes(data))
+
+
+@pytest.mark.parametrize(
+    "how, error",
+    [
+        ("truncated", "Compressed file ended before the end-of-stream marker"),
+        ("flipped", ""),
+        ("not json", "Expecting value"),
+    ],
+)
+def test_a_damaged_file_is_named_with_the_command_that_remakes_it(
+    swept, tmp_path, how, error
+):
+    spec, folder, _, _ = swept
+    shutil.copytree(folder, tmp_path / "store")
+    path = Store(tmp_path / "store").path(spec.at_scale("reference"), 0)
+    _damage(path, how)
+    with pytest.raises(ValueError) as info:
+        Store(tmp_path / "store").load(spec)
+    message = str(info.value)
+    assert re.fullmatch(
+        rf"{re.escape(str(path))} is damaged \({error}.*\); re-make it: lengthgen-lite "
+        r"run tiny/placements --scale reference \(sets the file aside, trains "
+        r"configuration 0 again\)",
+        message,
+    ), message
+    assert "\n" not in message
+
+
+def test_a_resumed_sweep_sets_damaged_files_aside_and_trains_them_again(
+    swept, tmp_path
+):
+    spec, folder, _, results = swept
+    shutil.copytree(folder, tmp_path / "store")
+    paths = [
+        Store(tmp_path / "store").path(spec.at_scale("reference"), i) for i in (0, 1)
+    ]
+    _damage(paths[0], "truncated")
+    _damage(paths[1], "flipped")
+    lines, saved = [], []
+    again = sweep(
+        spec,
+        Store(tmp_path / "store"),
+        progress=False,
+        on_damaged=lines.append,
+        on_saved=saved.append,
+    )
+    assert len(lines) == 2 and saved == paths
+    for i, (line, path) in enumerate(zip(lines, paths)):
+        assert line.startswith(f"{path} is damaged (") and "\n" not in line
+        assert line.endswith(
+            f": moved to {path.name}{store.DAMAGED}; configuration {i} is trained again"
+        )
+        assert path.with_name(path.name + store.DAMAGED).exists()
+    assert again.rows == results.rows  # the same seeds trained again: the same rows
+
+
 def test_a_changed_spec_or_a_missing_file_is_a_clear_error(swept, tmp_path):
     spec, folder, saved, _ = swept
     more_seeds = tiny_spec(reference=REFERENCE | {"seeds": 4})
@@ -64,7 +136,10 @@ def test_a_changed_spec_or_a_missing_file_is_a_clear_error(swept, tmp_path):
         "tiny/placements --scale reference",
     ):
         Store(folder).load(more_seeds)
-    assert len(Store(folder).load(more_seeds, partial=True).rows) == 0
+    nothing = Store(folder).load(more_seeds, partial=True)
+    assert len(nothing.rows) == 0
+    with pytest.raises(ValueError, match="an empty results table has no key metric"):
+        nothing.key_metric()
     assert Store(folder).stale(more_seeds) == sorted(saved)
     assert Store(folder).stale(spec) == []
     broken = store.read_file(saved[1])

@@ -27,6 +27,11 @@ from . import ch1_set_complement as ch1
 EXPONENT_TOL = 0.1
 # the one cell of the live runs: chapter 1's baseline
 LIVE_CELL = ch1.LIVE_CELL
+# why `lengthgen-lite list` shows no experiment of this chapter's own
+NO_SPECS = (
+    "it measures chapter 1's baseline models, trained in its notebook "
+    "(lengthgen-lite run ch1/baseline reruns them bigger)"
+)
 
 
 def _lengths(s: Sequence[float]) -> np.ndarray:

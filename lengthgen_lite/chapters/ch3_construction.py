@@ -34,6 +34,12 @@ from ..core.tasks import enumerate_sequences, sample_sequences, seen_mask
 from ..core.validation import is_int, is_number
 from ..runs.claims import Claim, Decision
 
+# why `lengthgen-lite list` shows no experiment of chapter 3's own
+NO_SPECS = (
+    "hand-built weights for the theorem and their analysis; its one training, the "
+    "width sweep on every input of lengths 1-2, runs in its notebook"
+)
+
 TokenSpaceNorm = Literal["none", "attn_out"]
 
 

@@ -46,6 +46,10 @@ RANGES = {
     "first": "s = 1",
     "longest": "last s",
 }
+# The metric a run's summary quotes, the first of these that a table has: TV (set
+# complement, the game, the languages), else accuracy (chapter 4's retrieval), else the
+# table's first metric; always its mean beyond the training lengths (Results.key_metric)
+KEY_METRICS = ("tv", "accuracy")
 PROVENANCE_KEYS = (
     "git_commit",
     "git_clean",
@@ -266,6 +270,15 @@ class Results:
                 f"metric {metric!r} is unknown; this table has {self.metrics}"
             )
 
+    def key_metric(self) -> str:
+        """The one number per seed a summary quotes (``KEY_METRICS``): length
+        generalisation is the book's question, so the mean beyond the training
+        lengths, e.g. ``"tv_beyond"``."""
+        if not self.metrics:
+            raise ValueError("an empty results table has no key metric")
+        base = next((m for m in KEY_METRICS if m in self.metrics), self.metrics[0])
+        return f"{base}_beyond"
+
     @property
     def metrics(self) -> tuple[str, ...]:
         return (
@@ -321,4 +334,11 @@ class Results:
         )
 
 
-__all__ = ["PROVENANCE_KEYS", "RANGES", "ROW_KEYS", "Results", "provenance"]
+__all__ = [
+    "KEY_METRICS",
+    "PROVENANCE_KEYS",
+    "RANGES",
+    "ROW_KEYS",
+    "Results",
+    "provenance",
+]

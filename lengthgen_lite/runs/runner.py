@@ -196,34 +196,39 @@ def check_run_options(
     seeds_per_task: int | None = None,
     ray_address: str | None = None,
     ray_num_cpus: int | None = None,
+    names: Mapping[str, str] | None = None,
 ) -> None:
-    """Validate :func:`run`'s options before any training starts."""
-    require_choice("backend", backend, BACKENDS)
+    """Validate :func:`run`'s options before any training starts. ``names`` spells an
+    option as the caller's user typed it (the command line's ``--ray-cpus``), so an
+    error names what the user can change."""
     options = {
         "seeds_per_task": seeds_per_task,
         "ray_address": ray_address,
         "ray_num_cpus": ray_num_cpus,
     }
+    name = {key: key for key in ("backend", *options)} | dict(names or {})
+    require_choice(name["backend"], backend, BACKENDS)
     if backend == "local":
-        for name, value in options.items():
+        for key, value in options.items():
             if value is not None:
                 raise ValueError(
-                    f"{name}={value!r} is invalid; allowed: None with backend='local'"
+                    f"{name[key]}={value!r} is invalid; allowed: only with "
+                    f"{name['backend']}='ray'"
                 )
-    for name in ("seeds_per_task", "ray_num_cpus"):
-        if options[name] is not None:
-            require_int(name, options[name], 1)
+    for key in ("seeds_per_task", "ray_num_cpus"):
+        if options[key] is not None:
+            require_int(name[key], options[key], 1)
     if ray_address is not None and ray_num_cpus is not None:
         raise ValueError(
-            "ray_num_cpus must be None when ray_address is given (the cluster "
-            "has its own CPUs)"
+            f"{name['ray_num_cpus']} must be unset when {name['ray_address']} is "
+            "given (the cluster has its own CPUs)"
         )
     if ray_address is not None and (
         not isinstance(ray_address, str) or not ray_address
     ):
         raise ValueError(
-            f"ray_address={ray_address!r} is invalid; allowed: None or an "
-            "address such as 'auto'"
+            f"{name['ray_address']}={ray_address!r} is invalid; allowed: an address "
+            "such as 'auto'"
         )
 
 

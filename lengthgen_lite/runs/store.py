@@ -19,6 +19,13 @@ nothing stale is read. Each file holds:
 Files are gzipped (``zcat`` reads one): every metric the runner computes is kept, for
 claims not written yet, and the store stays a few MB (11 MB as plain JSON, 3 MB
 gzipped). The bytes are deterministic (no timestamp in the gzip header).
+
+A damaged file (not whole gzipped JSON: cut short, a flipped byte) is a ``ValueError``
+naming it and the command that re-makes it; that command's sweep sets such a file
+aside (``<name>.damaged``, never read again) and trains its configuration again, so one
+damaged file cannot end every later run. A readable file that fails a check (fields,
+provenance, key) is only named: it may be a whole sweep's worth of older files, not
+retrained unasked.
 """
 
 from __future__ import annotations
@@ -30,6 +37,7 @@ import json
 import math
 import pathlib
 import time
+import zlib
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -46,6 +54,7 @@ LOSS_WINDOWS = 60  # window means kept of each seed's loss curve
 DIGITS = 6  # significant digits kept of every stored metric
 FILE_KEYS = ("spec", "config", "key", "provenance", "training", "rows")
 SUFFIX = ".json.gz"
+DAMAGED = ".damaged"  # appended to a damaged file's name when a sweep sets it aside
 # Config fields added after files were stored: left out of the key at their default
 # (which is what the older files trained with), so those files keep their names.
 LATER_FIELDS = {"attn_bias": False, "item_mlp": 0}
@@ -65,8 +74,14 @@ def write_file(path: pathlib.Path, data: dict[str, Any]) -> None:
 
 
 def read_file(path: pathlib.Path) -> dict[str, Any]:
-    """A store file's contents, unchecked (:meth:`Store.read` checks them)."""
-    return json.loads(gzip.decompress(path.read_bytes()))
+    """A store file's contents, unchecked (:meth:`Store.read` checks them); a file that
+    is not whole gzipped JSON (cut short, a flipped byte) is a ``ValueError`` naming
+    it, not a decompressor's traceback."""
+    data = path.read_bytes()
+    try:
+        return json.loads(gzip.decompress(data))
+    except (EOFError, OSError, zlib.error, ValueError) as err:
+        raise ValueError(f"{path} is damaged ({err})") from None
 
 
 def config_key(spec: Spec, index: int) -> str:
@@ -190,7 +205,13 @@ class Store:
                 f"{spec.name} configuration {index} is not in the store ({path}); "
                 f"run: lengthgen-lite run {spec.name} --scale reference"
             )
-        data = read_file(path)
+        try:
+            data = read_file(path)
+        except ValueError as err:
+            raise ValueError(
+                f"{err}; re-make it: lengthgen-lite run {spec.name} --scale "
+                f"reference (sets the file aside, trains configuration {index} again)"
+            ) from None
         if set(data) != set(FILE_KEYS):
             raise ValueError(f"{path}: fields {sorted(data)}; expected {FILE_KEYS}")
         if missing := set(PROVENANCE_KEYS) - set(data["provenance"]):
@@ -200,6 +221,26 @@ class Store:
         data["rows"] = [row | {"config": index} for row in data["rows"]]
         data["config"] = index  # its place in this spec's grid
         return data
+
+    def set_aside_damaged(self, spec: Spec) -> list[str]:
+        """Rename each damaged file of ``spec`` (:func:`read_file` fails) to
+        ``<name>.damaged``, so that its configuration is missing and a sweep trains
+        it again; one line per file saying so."""
+        spec = spec.at_scale("reference")
+        lines = []
+        for index in range(len(spec.configurations())):
+            path = self.path(spec, index)
+            if not path.exists():
+                continue
+            try:
+                read_file(path)
+            except ValueError as err:
+                aside = path.replace(path.with_name(path.name + DAMAGED))
+                lines.append(
+                    f"{err}: moved to {aside.name}; configuration {index} is trained "
+                    "again"
+                )
+        return lines
 
     def load(self, spec: Spec, partial: bool = False) -> Results:
         """Every stored configuration of ``spec`` as one
@@ -238,9 +279,13 @@ def sweep(
     command: str | None = None,
     on_saved: Callable[[pathlib.Path], None] | None = None,
     only: Sequence[int] | None = None,
+    on_damaged: Callable[[str], None] | None = None,
 ) -> Results | None:
     """Train every configuration of ``spec`` at the reference scale that the store
     lacks, saving each as it lands (Ray: one task per configuration); load them all.
+
+    A damaged file (:meth:`Store.set_aside_damaged`) counts as lacking: it is set
+    aside first, and ``on_damaged`` gets the line saying so.
 
     ``only``: just these configuration indices, in this order (a long sweep split
     between machines, or its most telling configurations first); then nothing is
@@ -249,6 +294,9 @@ def sweep(
     spec = spec.at_scale("reference")
     check_run_options(backend, None, ray_address, ray_num_cpus)
     require_choice("backend", backend, ("local", "ray"))
+    for line in store.set_aside_damaged(spec):
+        if on_damaged is not None:
+            on_damaged(line)
     todo = store.todo(spec, only)
 
     def save(index: int, rows: list, loss: np.ndarray, wall: float) -> None:
@@ -277,6 +325,7 @@ def sweep(
 
 
 __all__ = [
+    "DAMAGED",
     "STORE",
     "SUFFIX",
     "Store",
