@@ -36,7 +36,7 @@ BASELINE = {"v": V, "train_length": TRAIN_LENGTH, "d_model": D_MODEL, "steps": S
 # init (std 1/sqrt(fan_in)) against PyTorch's own nn.Linear init, and two learning
 # rates; the steps axis comes from the checkpoints (1000, 3000, 6000).
 REFERENCE_AXES = {"init": ("book", "torch"), "lr": (1e-3, 3e-3)}
-# the live run's one cell of that grid: the book's init and the baseline's learning rate
+#: the live run's one cell of that grid: the book's init and the baseline's lr
 LIVE_CELL = {"init": Config(**BASELINE).init, "lr": Config(**BASELINE).lr}
 
 SPECS: dict[str, Spec] = {
@@ -217,6 +217,7 @@ def sampled_numbers(
 # the reference row both judge the soft-target model, one cell per (init, lr).
 # SESOI: 0.01 of TV, the book's smallest difference of interest in a distribution (one
 # hundredth of the probability mass).
+#: The scorecard claim ch1-score-fails, declared once.
 FAILS_CLAIM = Claim(
     "ch1-score-fails",
     "Trained on short inputs, a transformer fails on longer ones (the premise of both "

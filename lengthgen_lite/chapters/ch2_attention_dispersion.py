@@ -25,7 +25,7 @@ from . import ch1_set_complement as ch1
 
 # soft targets: the gap's fitted exponent is -1 within this (GAP_CLAIM's bar)
 EXPONENT_TOL = 0.1
-# the one cell of the live runs: chapter 1's baseline
+#: the one cell of the live runs: chapter 1's baseline
 LIVE_CELL = ch1.LIVE_CELL
 # why `lengthgen-lite list` shows no experiment of this chapter's own
 NO_SPECS = (
@@ -261,6 +261,7 @@ def implied_invalid_mass(gap: np.ndarray, v: int) -> np.ndarray:
 
 
 # The chapter's scorecard claims, declared once (book/scorecard.md).
+#: The scorecard claim ch2-score-dispersion, declared once.
 DISPERSION_CLAIM = Claim(
     "ch2-score-dispersion",
     "Attention disperses: spread over more tokens as the input grows",
@@ -271,6 +272,7 @@ DISPERSION_CLAIM = Claim(
     sesoi=0.1,  # a tenth of a token's uniform share
     cells=("targets", "init", "lr"),
 )
+#: The scorecard claim ch2-score-gap, declared once.
 GAP_CLAIM = Claim(
     "ch2-score-gap",
     "Dispersion shrinks the gap between legal and illegal logits like 1/s",

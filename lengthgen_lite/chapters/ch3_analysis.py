@@ -402,6 +402,7 @@ def kl_examples(
 
 
 # The chapter's scorecard claims, declared once (book/scorecard.md).
+#: The scorecard claim ch3-score-lower-bound, declared once.
 LOWER_BOUND_CLAIM = Claim(
     "ch3-score-lower-bound",
     "Theorem, lower bound: a one-layer attention-only model needs d, d_v >= v - 1",
@@ -412,6 +413,7 @@ LOWER_BOUND_CLAIM = Claim(
     sesoi=None,
     kind="demonstration",
 )
+#: The scorecard claim ch3-score-sufficient, declared once.
 SUFFICIENT_CLAIM = Claim(
     "ch3-score-sufficient",
     "Theorem, tightness: d = d_v = v - 1 suffices",

@@ -537,6 +537,7 @@ def counterexample_numbers(margin: np.ndarray, law: np.ndarray) -> dict[str, flo
 
 
 # The chapter's scorecard claims, declared once (book/scorecard.md).
+#: The scorecard claim ch3-score-precision, declared once.
 PRECISION_CLAIM = Claim(
     "ch3-score-precision",
     "Theorem, generalisation: precision C at lengths 1-2 (balanced displacement) gives "
@@ -548,6 +549,7 @@ PRECISION_CLAIM = Claim(
     sesoi=None,
     kind="demonstration",
 )
+#: The scorecard claim ch3-score-ln-gap, declared once.
 LN_GAP_CLAIM = Claim(
     "ch3-score-ln-gap",
     "A norm on the attention output undoes the 1/s compression: the gap becomes "

@@ -767,6 +767,7 @@ def mean_drift_effects(records: dict[str, LastPositionRecord]) -> list[Effect]:
 
 
 # The chapter's scorecard claims, declared once (book/scorecard.md).
+#: The scorecard claim ch4-score-llama, declared once.
 LLAMA_CLAIM = Claim(
     "ch4-score-llama",
     "The decay shows in a real pretrained model (the paper: Llama-3.2-1B; here "

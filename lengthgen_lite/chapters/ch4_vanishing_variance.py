@@ -1019,6 +1019,7 @@ def rescaling_glue(
 # The chapter's scorecard claims, declared once (book/scorecard.md).
 # SESOI: 0.03 of accuracy (three queries in a hundred) for the retrieval tasks; 0.05 for
 # a dimensionless ratio of variances or a drift in units of the feature spread.
+#: The scorecard claim ch4-score-law, declared once.
 LAW_CLAIM = Claim(
     "ch4-score-law",
     "The variance of attention outputs vanishes with length (std ~ N^-1/2 under "
@@ -1032,6 +1033,7 @@ LAW_CLAIM = Claim(
     sesoi=None,
     kind="demonstration",
 )
+#: The scorecard claim ch4-score-ln-dict, declared once.
 LN_DICT_CLAIM = Claim(
     "ch4-score-ln-dict",
     "LayerNorm after attention improves length generalisation: dictionary lookup",
@@ -1042,6 +1044,7 @@ LN_DICT_CLAIM = Claim(
     sesoi=0.03,
     cells=("item_mlp", "init", "lr"),
 )
+#: The scorecard claim ch4-score-ln-argmax, declared once.
 LN_ARGMAX_CLAIM = Claim(
     "ch4-score-ln-argmax",
     "LayerNorm after attention improves length generalisation: argmax retrieval",
@@ -1052,6 +1055,7 @@ LN_ARGMAX_CLAIM = Claim(
     sesoi=0.03,
     cells=("item_mlp", "init", "lr"),
 )
+#: The scorecard claim ch4-score-shift, declared once.
 SHIFT_CLAIM = Claim(
     "ch4-score-shift",
     "LayerNorm reduces the distribution shift only partially",
@@ -1062,6 +1066,7 @@ SHIFT_CLAIM = Claim(
     sesoi=0.05,
     cells=("task", "norm_kind", "item_mlp", "init", "lr", "part"),
 )
+#: The scorecard claim ch4-score-mean-drift, declared once.
 MEAN_DRIFT_CLAIM = Claim(
     "ch4-score-mean-drift",
     "The global mean of the attention output drifts with N",

@@ -186,7 +186,7 @@ def growth(profiles: Sequence[GapProfile], field: str = "gap") -> np.ndarray:
 # --- the chapter's experiments, declared as data --------------------------------------
 
 TARGETS = ("soft", "sampled")
-# the live run's one cell of the reference grid's init x learning rate
+#: the live run's one cell of the reference grid's init x learning rate
 LIVE_CELL = {"init": Config(**BASELINE).init, "lr": Config(**BASELINE).lr}
 DROPOUT_KINDS = ("attn_dropout", "resid_dropout")
 # (target kind, dropout kind, rate) on the model without a norm: the first paper
@@ -516,10 +516,10 @@ def post_and_pre_final(
     return one_layer, with_mlp
 
 
-# The smallest difference of TV beyond the training lengths the chapter counts between
-# two configurations (the SESOI of its TV claims, declared below, and of its other TV
-# comparisons): a hundredth of the probability mass, fixed before looking, never from a
-# seed set.
+#: The smallest difference of TV beyond the training lengths the chapter counts between
+#: two configurations (the SESOI of its TV claims, declared below, and of its other TV
+#: comparisons): a hundredth of the probability mass, fixed before looking, never from a
+#: seed set.
 TV_SESOI = 0.01
 
 
@@ -635,9 +635,9 @@ def postnorm_claim(results: Results) -> Decision:
     return POSTNORM_CLAIM.decide(effects, "live", detail=detail)
 
 
-# H/log s above this at every s >= 2: near-uniform (the book's threshold)
+#: H/log s above this at every s >= 2: near-uniform (the book's threshold)
 NEAR_UNIFORM = 0.85
-# the bar for a restored gap: s x gap at the longest s over s = 1 (the 1/s law gives 1)
+#: the bar for a restored gap: s x gap at the longest s over s = 1 (the 1/s law gives 1)
 GAP_RESTORED = 1.5
 
 
@@ -840,6 +840,7 @@ def attn_out_lead_numbers(placements: Results) -> dict[str, float]:
 # The chapter's scorecard claims, declared once (book/scorecard.md).
 # SESOI: 0.01 of TV beyond the training lengths; 0.05 of a dimensionless ratio (the
 # gap's growth against its bar, the attention entropy over log s against its line).
+#: The scorecard claim ch5-score-postnorm, declared once.
 POSTNORM_CLAIM = Claim(
     "ch5-score-postnorm",
     "Post-Norm length-generalises better on set complement",
@@ -850,6 +851,7 @@ POSTNORM_CLAIM = Claim(
     sesoi=TV_SESOI,
     cells=("targets", "init", "lr"),
 )
+#: The scorecard claim ch5-score-resharpen, declared once.
 RESHARPEN_CLAIM = Claim(
     "ch5-score-resharpen",
     "Post-Norm resharpens attention",
@@ -860,6 +862,7 @@ RESHARPEN_CLAIM = Claim(
     sesoi=0.05,
     cells=("part", "targets", "init", "lr"),
 )
+#: The scorecard claim ch5-score-dropout, declared once.
 DROPOUT_CLAIM = Claim(
     "ch5-score-dropout",
     "Dropout counteracts dispersion",

@@ -1152,6 +1152,7 @@ def search_claim(
 
 # The chapter's scorecard claims, declared once (book/scorecard.md).
 # SESOI: 0.01 of TV beyond the training lengths, for every remedy.
+#: The scorecard claim ch6-score-ema, declared once.
 EMA_CLAIM = Claim(
     "ch6-score-ema",
     "EMA of the weights tames the noise of many legal next tokens and helps length "
@@ -1163,6 +1164,7 @@ EMA_CLAIM = Claim(
     sesoi=0.01,
     cells=("averager", "norm", "init", "lr"),
 )
+#: The scorecard claim ch6-score-temperature, declared once.
 TEMPERATURE_CLAIM = Claim(
     "ch6-score-temperature",
     "EMA's gain is more than a change of logit temperature (the book's control)",
@@ -1173,6 +1175,7 @@ TEMPERATURE_CLAIM = Claim(
     sesoi=0.01,
     cells=("norm", "init", "lr"),
 )
+#: The scorecard claim ch6-score-bema, declared once.
 BEMA_CLAIM = Claim(
     "ch6-score-bema",
     "Bias-corrected EMA (BEMA) helps",
@@ -1183,6 +1186,7 @@ BEMA_CLAIM = Claim(
     sesoi=0.01,
     cells=("norm", "resid_dropout", "init"),
 )
+#: The scorecard claim ch6-score-search, declared once.
 SEARCH_CLAIM = Claim(
     "ch6-score-search",
     "A random hyperparameter search finds dropout and (B)EMA improve length "

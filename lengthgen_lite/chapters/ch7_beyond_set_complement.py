@@ -284,7 +284,7 @@ def pair_effect(
     )
 
 
-# the game's order, as on set complement: each pair (worse, better)
+#: the game's order, as on set complement: each pair (worse, better)
 GAME_PAIRS = (("none", "post"), ("post", "attn_out"))
 
 
@@ -363,6 +363,7 @@ def predictions(models: Sequence[nn.Module], tokens: torch.Tensor) -> np.ndarray
 
 # The chapter's scorecard claims, declared once (book/scorecard.md).
 # SESOI: 0.01 of TV beyond the training lengths.
+#: The scorecard claim ch7-score-game, declared once.
 GAME_CLAIM = Claim(
     "ch7-score-game",
     "The placements order on a board game as on set complement (4x4 Tic-Tac-Toe on "
@@ -374,6 +375,7 @@ GAME_CLAIM = Claim(
     sesoi=0.01,
     cells=("pair", "init"),
 )
+#: The scorecard claim ch7-score-game-ema, declared once.
 GAME_EMA_CLAIM = Claim(
     "ch7-score-game-ema",
     "EMA helps on the board game",
@@ -384,6 +386,7 @@ GAME_EMA_CLAIM = Claim(
     sesoi=0.01,
     cells=("norm", "init"),
 )
+#: The scorecard claim ch7-score-languages, declared once.
 LANGUAGES_CLAIM = Claim(
     "ch7-score-languages",
     "Post-Norm helps on a suite of formal languages (the paper's suite is "
