@@ -38,6 +38,7 @@ from lengthgen_lite.runs.claims import MARGINS_FILE_VARIABLE, load_margins  # no
 
 DEFAULT_OFFSETS = (11000, 12000, 13000, 14000, 15000)
 ERROR_LINE = re.compile(r"^(AssertionError|\w+Error): ?(.*)$", re.M)
+ANSI = re.compile(r"\x1b\[[0-9;]*m")  # nbconvert colours its tracebacks
 
 
 def run_chapter(notebook: pathlib.Path, offset: int, folder: pathlib.Path) -> dict:
@@ -70,7 +71,7 @@ def run_chapter(notebook: pathlib.Path, offset: int, folder: pathlib.Path) -> di
             capture_output=True,
             text=True,
         )
-    errors = ERROR_LINE.findall(done.stderr)
+    errors = ERROR_LINE.findall(ANSI.sub("", done.stderr))
     return {
         "notebook": notebook.name,
         "offset": offset,
