@@ -208,3 +208,19 @@ def test_nothing_is_written_unless_asked(tmp_path, monkeypatch):
     CLAIM.require(CLAIM.decide([cell(0.05, 0.01)]), "reproduced")
     assert not list(tmp_path.iterdir())
     assert json.loads(json.dumps(claims.VERDICTS)) == list(VERDICTS)
+
+
+def test_a_fixed_model_names_its_replicates_and_no_budget():
+    fixed = Claim(
+        "ch9-score-fixed",
+        "a pretrained model decays",
+        "[ours]",
+        "slope",
+        "slope",
+        "minus the slope",
+        0.05,
+        replicates="sequences",
+    )
+    number = fixed.decide([cell(0.2, 0.05, step=0)]).number
+    assert "1 cell x 10 sequences;" in number and "steps" not in number
+    assert "x 10 seeds, 6000 steps" in CLAIM.decide([cell(0.2, 0.05)]).number

@@ -751,7 +751,7 @@ def mean_drift_detail(records: dict[str, LastPositionRecord]) -> str:
     return (
         f"SmolLM2-135M, attention output after W_O at the last position, "
         f"N = {record.N[0]} -> {record.N[-1]}; {len(records)} inputs x {layers} "
-        f"layers, {n} sequences each (a fixed model: no seeds, no training steps)"
+        f"layers, {n} sequences each (a fixed model: no seeds, no training)"
     )
 
 
@@ -778,4 +778,5 @@ LLAMA_CLAIM = Claim(
     effect="minus the slope",
     sesoi=0.05,  # a tenth of the diffuse-attention law's -1/2
     cells=("input",),
+    replicates="sequences",
 )

@@ -1082,4 +1082,5 @@ MEAN_DRIFT_CLAIM = Claim(
     effect="size of the drift",
     sesoi=0.05,
     cells=("input", "layer"),
+    replicates="sequences",
 )

@@ -193,11 +193,12 @@ class Decision:
         if self.pooled is None:
             return self.detail
         claim, final = self.claim, self.final
-        seeds = final[0].interval.n
+        n = final[0].interval.n
+        budget = f", {final[0].step} steps" if final[0].step else ""
         parts = [
             f"{claim.effect} ({claim.unit}): {self.pooled.text(3, signed=True)} "
-            f"pooled over {len(final)} cell{'s' * (len(final) > 1)} x {seeds} seeds, "
-            f"{final[0].step} steps",
+            f"pooled over {len(final)} cell{'s' * (len(final) > 1)} x {n} "
+            f"{claim.replicates}{budget}",
             self.counts_text(),
             f"SESOI {claim.sesoi:g}",
         ]
@@ -249,6 +250,9 @@ class Claim:
     sesoi: float | None  # None only for a demonstration or a row not testable here
     cells: tuple[str, ...] = ()
     kind: Kind = "measured"
+    # what the interval is over: trained seeds, or e.g. the input sequences of a fixed
+    # pretrained model (whose effects then carry step 0: no training budget)
+    replicates: str = "seeds"
 
     def __post_init__(self) -> None:
         if not self.key.startswith("ch") or "-score-" not in self.key:
