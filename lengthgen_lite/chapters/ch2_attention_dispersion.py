@@ -20,7 +20,7 @@ from torch import Tensor, nn
 
 from ..core.evaluation import PATTERN, LengthTable, loglog_slope, stack_metric
 from ..core.model import run_with_cache
-from ..runs.claims import Claim, Decision, Effect
+from ..runs.claims import Claim, Decision, Effect, cell_word
 from . import ch1_set_complement as ch1
 
 # soft targets: the gap's fitted exponent is -1 within this (GAP_CLAIM's bar)
@@ -101,6 +101,20 @@ def scaled_min_weight(pattern: np.ndarray) -> np.ndarray:
 
 
 # --- the chapter's measurements on trained models (notebook 02) ----------------------
+
+
+#: The smallest difference of departure from uniform, ``|s a - 1|``, the chapter counts:
+#: a twentieth of a token's uniform share, fixed before looking.
+DEPARTURE_SESOI = 0.05
+
+
+def own_token_word(departure: np.ndarray) -> str:
+    """Whether the query's own token departs from uniform more than the earlier tokens
+    do: the protocol's cell word (:func:`~lengthgen_lite.runs.claims.cell_word`) for
+    own minus earlier, paired over the seeds of ``departure`` [K, 2] (from
+    :func:`departure_from_uniform`), against ``DEPARTURE_SESOI``."""
+    gap = Effect.of(departure[:, 0] - departure[:, 1], step=0)
+    return cell_word(gap, DEPARTURE_SESOI)
 
 
 def departure_from_uniform(
