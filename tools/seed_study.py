@@ -77,6 +77,8 @@ def run_chapter(notebook: pathlib.Path, offset: int, folder: pathlib.Path) -> di
         "offset": offset,
         "passed": done.returncode == 0,
         "error": ": ".join(errors[-1]) if errors and done.returncode else "",
+        # the failing cell and its traceback, for the reader of runs.json
+        "traceback": ANSI.sub("", done.stderr)[-4000:] if done.returncode else "",
         "seconds": round(time.time() - start, 1),
         "margins": [m.__dict__ for m in load_margins(margins)]
         if margins.exists()
