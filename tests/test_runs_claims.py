@@ -134,6 +134,7 @@ def test_require_asserts_the_word_and_records_the_weakest_cell(tmp_path, monkeyp
     with pytest.raises(AssertionError, match="'reproduced', expected mixed"):
         CLAIM.require(decision, "mixed")
     CLAIM.require(decision, {"reproduced", "mixed"})  # an allowed set of words
+    assert len(load_margins(path)) == 1, "a set of words records no margin"
 
 
 def test_demonstration_and_not_testable_rows():

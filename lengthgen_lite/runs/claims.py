@@ -324,14 +324,18 @@ class Claim:
 
     def require(self, decision: Decision, words: str | Collection[str]) -> Decision:
         """Assert that ``decision`` earned one of ``words`` (the chapter's reading of
-        its own run) and record its margin: for "reproduced", "reversed" or "no
-        effect", how many standard errors the weakest cell clears its bar by."""
+        its own run) and, where ``words`` is one decisive word ("reproduced",
+        "reversed" or "no effect"), record its margin: how many standard errors the
+        weakest cell clears its bar by."""
         allowed = (words,) if isinstance(words, str) else tuple(words)
         for word in allowed:
             require_choice("word", word, VERDICTS)
         if decision.claim.key != self.key:
             raise ValueError(f"decision is {decision.claim.key!r}, not {self.key!r}")
-        if decision.word in ("reproduced", "reversed", "no effect"):
+        # a margin means "how far from losing this one word": recorded where the chapter
+        # claims one decisive word, not where it allows a set (its word may move)
+        decisive = ("reproduced", "reversed", "no effect")
+        if allowed == (decision.word,) and decision.word in decisive:
             slack, spread = self._bar(decision)
             margin = Margin(
                 self.key,
