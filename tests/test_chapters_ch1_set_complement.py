@@ -83,7 +83,8 @@ def tables(tv_rows, v=8, top1=1.0):
 def test_fails_claim_and_numbers_of_a_model_that_fails_long():
     rising = [0.001, 0.002, 0.001, 0.005, 0.2, 0.4, 0.7]  # s = 1..7, trained on s <= 3
     soft = tables([rising, [x + 0.001 for x in rising]])
-    claim = ch1.fails_claim(soft, train_length=3)
+    settled = np.linspace(2.0, 0.1, 200)[:, None].repeat(2, axis=1)  # [steps, K]
+    claim = ch1.fails_claim(soft, train_length=3, loss=settled)
     assert claim.claim is ch1.FAILS_CLAIM and claim.word == "reproduced"
     assert claim.final[0].cell == ch1.LIVE_CELL and claim.final[0].interval.n == 2
     assert claim.number.startswith("soft targets, TV at s = 7 against at most 0.0030")
@@ -91,9 +92,13 @@ def test_fails_claim_and_numbers_of_a_model_that_fails_long():
     assert "+0.200 [" in claim.number and "helps 1/1; SESOI 0.01" in claim.number
     np.testing.assert_allclose(ch1.fails_long_margin(soft), [0.2, 0.201])
     flat = tables([rising, [0.001] * 7])  # one seed never fails: no interval above 0
-    assert ch1.fails_claim(flat, 3).word == "inconclusive"
+    assert ch1.fails_claim(flat, 3, settled).word == "inconclusive"
     below = tables([[0.001] * 6 + [0.3], [0.001] * 6 + [0.31]])  # both below 0.5
-    assert ch1.fails_claim(below, 3).word == "reversed"
+    assert ch1.fails_claim(below, 3, settled).word == "reversed"
+    climbed = settled.copy()
+    climbed[150:, 1] = 1.5  # seed 1 collapsed: its cell cannot be judged
+    collapsed = ch1.fails_claim(soft, 3, climbed)
+    assert collapsed.word == "inconclusive" and collapsed.final[0].unstable == 1
     numbers = ch1.length_numbers(soft, 3)
     assert numbers["last_perfect"] == 7 and numbers["s_tv_tenth"] == 5
     assert numbers["tv_train_max"] == 0.003 and numbers["tv_minus_invalid"] == 0.0

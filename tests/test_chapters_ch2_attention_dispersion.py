@@ -2,9 +2,12 @@ import numpy as np
 import pytest
 
 from lengthgen_lite.chapters.ch2_attention_dispersion import (
+    MISS_TOLERANCE,
+    accounts_for_leak,
     exponent_slack,
     power_law_exponent,
     scaled_min_weight,
+    worst_miss,
 )
 
 
@@ -113,7 +116,9 @@ def test_spread_of_uniform_attention_and_its_numbers():
     for margin in dispersion_margins(runs).values():
         np.testing.assert_allclose(margin, 1.0)  # 2 - s max a
     wobble = dataclasses.replace(sp, peak=sp.peak * np.array([[1.0], [1.1]]))
-    claim = dispersion_claim({**runs, "sampled targets": wobble}, step=1000)
+    settled = np.linspace(2.0, 0.1, 200)[:, None].repeat(2, axis=1)  # [steps, K]
+    losses = {"soft targets": settled, "sampled targets": settled}
+    claim = dispersion_claim({**runs, "sampled targets": wobble}, 1000, losses)
     assert claim.claim is DISPERSION_CLAIM and claim.word == "reproduced"
     assert [e.cell["targets"] for e in claim.final] == ["soft", "sampled"]
     assert claim.final[0].step == 1000 and claim.final[0].cell["lr"] == 3e-3
@@ -131,19 +136,23 @@ def test_gap_exponent_of_an_exact_power_law_and_the_gap_claim():
     faster = np.stack([3.0 / s**1.5, 2.0 / s**1.5])
     runs = {"soft targets": slopes, "sampled targets": np.array([-1.5, -1.5])}
     near = {**runs, "soft targets": np.array([-1.0, -1.01, -0.99])}
-    claim = gap_claim(near, v=9, step=1000)
+    settled = np.linspace(2.0, 0.1, 200)[:, None].repeat(3, axis=1)  # [steps, K]
+    claim = gap_claim(near, v=9, step=1000, loss=settled)
     assert claim.claim is GAP_CLAIM and claim.word == "reproduced"
     assert "s = 2..8, soft targets: -1.00" in claim.number
     assert "sampled targets faster: -1.50 to -1.50" in claim.number
     # one seed outside the tolerance: the interval reaches below 0
     assert gap_claim(
-        {**runs, "soft targets": np.array([-1.0, -1.3])}, 9, 1000
+        {**runs, "soft targets": np.array([-1.0, -1.3])}, 9, 1000, settled[:, :2]
     ).word in (
         "inconclusive",
         "mixed",
     )
     far = {**runs, "soft targets": np.array([-1.3, -1.31, -1.29])}
-    assert gap_claim(far, 9, 1000).word == "reversed"
+    assert gap_claim(far, 9, 1000, settled).word == "reversed"
+    climbed = settled.copy()
+    climbed[150:, 0] = 1.5  # a collapsed seed: the cell cannot be judged
+    assert gap_claim(near, 9, 1000, climbed).word == "inconclusive"
     numbers = gap_numbers(
         {"soft targets": gap, "sampled targets": faster},
         runs,
@@ -160,3 +169,14 @@ def test_implied_invalid_mass():
     gap = np.zeros((1, 5))  # no gap: every token equally likely, s of v seen
     np.testing.assert_allclose(implied_invalid_mass(gap, 6), np.arange(1, 6)[None] / 6)
     assert implied_invalid_mass(np.full(5, 50.0), 6).max() < 1e-20
+
+
+def test_the_gap_accounts_for_the_leak_only_within_the_declared_tolerance():
+    measured = np.full((4, 5), 0.3)
+    close = measured + np.array([[0.02], [0.03], [0.04], [0.03]])
+    assert worst_miss(close, measured) == pytest.approx([0.02, 0.03, 0.04, 0.03])
+    assert accounts_for_leak(worst_miss(close, measured))
+    far = measured + MISS_TOLERANCE * np.array([[0.9], [1.0], [1.1], [1.0]])
+    assert not accounts_for_leak(worst_miss(far, measured))
+    with pytest.raises(ValueError, match="seeds, lengths"):
+        worst_miss(close[0], measured[0])

@@ -17,7 +17,8 @@ from lengthgen_lite.chapters.ch5_post_norm import (
 from lengthgen_lite.core.model import ModelConfig, Transformer, run_with_hooks
 from lengthgen_lite.core.seeding import seed_everything
 from lengthgen_lite.runs import run
-from lengthgen_lite.runs.claims import CELL_WORDS, VERDICTS, Decision
+from lengthgen_lite.runs.claims import CELL_WORDS, TV_SESOI, VERDICTS, Decision
+from lengthgen_lite.runs.compare import collapsed
 
 
 def _tiny(name, **changes):
@@ -138,13 +139,13 @@ def test_scorecard_rows_are_decisions_of_the_declared_claims(placements, dropout
 
 
 def test_collapsed_reads_each_seeds_loss_curve(placements, dropout):
-    flags = ch5.collapsed(placements, targets="soft", norm="post")
+    flags = collapsed(placements, targets="soft", norm="post")
     assert flags.dtype == bool and flags.shape == (2,)
     # another seed order, another configuration of another run
-    assert ch5.collapsed(placements, [1, 0], targets="soft", norm="post").tolist() == (
+    assert collapsed(placements, [1, 0], targets="soft", norm="post").tolist() == (
         flags[::-1].tolist()
     )
-    assert ch5.collapsed(dropout, targets="soft", attn_dropout=0.3).shape == (2,)
+    assert collapsed(dropout, targets="soft", attn_dropout=0.3).shape == (2,)
 
 
 def test_words_by_groups_the_cells_words(placements):
@@ -305,7 +306,7 @@ def test_post_and_pre_final_read_the_same_seeds(placements):
     words = ch5.deeper_words(placements, deeper)
     assert set(words) == set(effects) and set(words.values()) <= set(CELL_WORDS)
     numbers = ch5.deeper_numbers(placements, deeper)
-    assert numbers["tv_sesoi"] == ch5.TV_SESOI == 0.01
+    assert numbers["tv_sesoi"] == TV_SESOI == 0.01
     assert (
         numbers["mlp_difference_low"]
         <= numbers["mlp_difference_low90"]

@@ -3,7 +3,12 @@ import pytest
 
 from lengthgen_lite.runs import Results
 from lengthgen_lite.runs.claims import Claim
-from lengthgen_lite.runs.compare import level_effects, paired_effects, unstable_counts
+from lengthgen_lite.runs.compare import (
+    collapsed_in,
+    level_effects,
+    paired_effects,
+    unstable_counts,
+)
 from tiny_experiment import tiny_spec
 
 CLAIM = Claim(
@@ -185,3 +190,12 @@ def test_stored_loss_windows_flag_a_collapsed_seed():
         "helps": 1,
         "inconclusive": 1,
     }
+
+
+def test_a_live_loss_curve_that_climbs_back_is_flagged():
+    steps = np.arange(600, dtype=float)
+    settled = 2.0 * np.exp(-steps / 50) + 0.3  # falls and stays down
+    climbs = settled.copy()
+    climbs[400:] = 1.2  # falls to 0.3, then jumps back most of the way up
+    flags = collapsed_in(np.stack([settled, climbs], axis=1))
+    assert flags.tolist() == [False, True]

@@ -23,7 +23,8 @@ from ..core.tasks import SetComplement
 from ..core.training import TargetKind, TrainConfig, TrainResult, train
 from ..core.validation import require_int
 from ..runs import Config, Spec
-from ..runs.claims import Claim, Decision, Effect
+from ..runs.claims import TV_SESOI, Claim, Decision, Effect
+from ..runs.compare import collapsed_in
 
 V = 16
 TRAIN_LENGTH = 4
@@ -177,15 +178,19 @@ def fails_long_margin(tables: Sequence[LengthTable]) -> np.ndarray:
     return stack_metric(tables, "tv")[:, -1] - 0.5
 
 
-def fails_claim(tables: Sequence[LengthTable], train_length: int) -> Decision:
+def fails_claim(
+    tables: Sequence[LengthTable], train_length: int, loss: np.ndarray
+) -> Decision:
     """Chapter 1's scorecard row, the premise of both papers, decided by
     :data:`FAILS_CLAIM` on the live run: the soft-target model's TV at the longest
     length minus 0.5, per seed, one cell (:data:`LIVE_CELL`).
-    ``tables``: the soft-target model, one per seed. The detail says how well the same
-    seeds fit the training lengths."""
+    ``tables``: the soft-target model, one per seed; ``loss``: its training loss
+    [steps, K], whose collapsed seeds make the cell inconclusive. The detail says how
+    well the same seeds fit the training lengths."""
     train_length = require_int("train_length", train_length, 1)
     inside = stack_metric(tables, "tv")[:, :train_length]
-    effect = Effect.of(fails_long_margin(tables), STEPS, **LIVE_CELL)
+    unstable = int(collapsed_in(loss).sum())
+    effect = Effect.of(fails_long_margin(tables), STEPS, unstable=unstable, **LIVE_CELL)
     detail = (
         f"soft targets, TV at s = {int(tables[0].s[-1])} against at most "
         f"{inside.max():.4f} at the training lengths s ≤ {train_length}"
@@ -226,6 +231,6 @@ FAILS_CLAIM = Claim(
     metric="TV at s = v - 1, soft targets",
     unit="TV",
     effect="TV at s = v - 1 minus 0.5",
-    sesoi=0.01,
+    sesoi=TV_SESOI,
     cells=("init", "lr"),
 )

@@ -40,8 +40,8 @@ from ..core.tasks import SetComplement, sample_sequences, seen_mask, target_dist
 from ..core.training import TrainConfig
 from ..core.validation import require_choice, require_number
 from ..runs import Config, Results, Spec
-from ..runs.claims import Claim, Decision, Effect, at_step, cell_word
-from ..runs.compare import paired_effects, training_state
+from ..runs.claims import TV_SESOI, Claim, Decision, Effect, at_step, cell_word
+from ..runs.compare import collapsed, paired_effects
 from .ch1_set_complement import BASELINE, REFERENCE_AXES, SEEDS, TRAIN_LENGTH
 from .ch1_set_complement import book_choices as ch1_choices
 from .ch3_construction import ln_gap
@@ -516,13 +516,6 @@ def post_and_pre_final(
     return one_layer, with_mlp
 
 
-#: The smallest difference of TV beyond the training lengths the chapter counts between
-#: two configurations (the SESOI of its TV claims, declared below, and of its other TV
-#: comparisons): a hundredth of the probability mass, fixed before looking, never from a
-#: seed set.
-TV_SESOI = 0.01
-
-
 def deeper_effects(placements: Results, deeper: Results) -> dict[str, Effect]:
     """Post minus pre_final TV beyond the training lengths (sampled targets), paired
     over the seeds of ``deeper`` (> 0: pre_final better): "one layer" (the placements
@@ -639,21 +632,6 @@ def postnorm_claim(results: Results) -> Decision:
 NEAR_UNIFORM = 0.85
 #: the bar for a restored gap: s x gap at the longest s over s = 1 (the 1/s law gives 1)
 GAP_RESTORED = 1.5
-
-
-def collapsed(
-    results: Results, seeds: Sequence[int] | None = None, **where: object
-) -> np.ndarray:
-    """Per seed (of ``seeds``, default the configuration's own), whether the one
-    configuration matching ``where`` collapsed in training (its loss ended well above
-    its best: :func:`~lengthgen_lite.runs.compare.training_state` at its last step). A
-    cell with such a seed is judged inconclusive."""
-    config = results.select(**where)[0]["config"]
-    flags = training_state(results, config, results.configs[config].steps)[1]
-    order = results.seeds_of(**where)
-    return np.array(
-        [bool(flags[order.index(seed)]) for seed in (order if seeds is None else seeds)]
-    )
 
 
 def resharpen_effects(

@@ -44,7 +44,8 @@ from ..core.tasks import (
 from ..core.training import TargetKind, TrainResult, training_loss
 from ..core.validation import require_choice
 from ..runs import Results, Spec
-from ..runs.claims import Claim, Decision, Effect, cell_word
+from ..runs.claims import TV_SESOI, Claim, Decision, Effect, cell_word
+from ..runs.compare import training_state
 from ..runs.spec import Config
 from ..runs.stats import Interval, pooled
 from .ch1_set_complement import BASELINE
@@ -346,6 +347,14 @@ class Run:
         return self.results.trained[self.index]
 
     @property
+    def unstable(self) -> int:
+        """How many of the configuration's seeds collapsed in training
+        (:func:`~lengthgen_lite.runs.compare.training_state`): a cell with one is
+        inconclusive."""
+        steps = self.config.steps
+        return int(training_state(self.results, self.index, steps)[1].sum())
+
+    @property
     def tv(self) -> dict[str, np.ndarray]:
         return {
             v: np.stack([self.curve(v, c) for c in self.scales], axis=1)
@@ -532,6 +541,7 @@ def bema_versus_ema(grid: Mapping[object, Run]) -> list[Effect]:
         Effect.of(
             run.mean_tv("bema", "train") - run.mean_tv("ema", "train"),
             run.config.steps,
+            unstable=run.unstable,
             **_cell(run, "norm", "batch", "lr"),
         )
         for run in grid.values()
@@ -991,6 +1001,7 @@ def ema_effects(
         Effect.of(
             run.gain(lengths),
             run.config.steps,
+            unstable=run.unstable,
             averager="ema",
             **_cell(run, "norm", "batch", "lr"),
         )
@@ -1035,7 +1046,10 @@ def temperature_claim(grid: Mapping[object, Run]) -> Decision:
     runs = list(grid.values())
     effects = [
         Effect.of(
-            best_scale_gap(run), run.config.steps, **_cell(run, "norm", "batch", "lr")
+            best_scale_gap(run),
+            run.config.steps,
+            unstable=run.unstable,
+            **_cell(run, "norm", "batch", "lr"),
         )
         for run in runs
     ]
@@ -1055,6 +1069,7 @@ def bema_claim(grid: Mapping[object, Run]) -> Decision:
         Effect.of(
             run.gain("beyond", "bema"),
             run.config.steps,
+            unstable=run.unstable,
             **_cell(run, "norm", "batch", "lr"),
         )
         for run in grid.values()
@@ -1082,6 +1097,7 @@ def search_ema_effects(
         Effect.of(
             run.gain(lengths),
             run.config.steps,
+            unstable=run.unstable,
             remedy="ema",
             run=i,
             **_cell(run, "norm", "lr", "batch", "resid_dropout"),
@@ -1161,7 +1177,7 @@ EMA_CLAIM = Claim(
     metric="TV beyond L",
     unit="TV",
     effect="raw minus EMA weights",
-    sesoi=0.01,
+    sesoi=TV_SESOI,
     cells=("averager", "norm", "init", "lr"),
 )
 #: The scorecard claim ch6-score-temperature, declared once.
@@ -1172,7 +1188,7 @@ TEMPERATURE_CLAIM = Claim(
     metric="TV beyond L, each at its best logit scale",
     unit="TV",
     effect="raw minus EMA weights",
-    sesoi=0.01,
+    sesoi=TV_SESOI,
     cells=("norm", "init", "lr"),
 )
 #: The scorecard claim ch6-score-bema, declared once.
@@ -1183,7 +1199,7 @@ BEMA_CLAIM = Claim(
     metric="TV beyond L",
     unit="TV",
     effect="raw minus BEMA weights",
-    sesoi=0.01,
+    sesoi=TV_SESOI,
     cells=("norm", "resid_dropout", "init"),
 )
 #: The scorecard claim ch6-score-search, declared once.
@@ -1195,6 +1211,6 @@ SEARCH_CLAIM = Claim(
     metric="TV beyond L",
     unit="TV",
     effect="without minus with the remedy",
-    sesoi=0.01,
+    sesoi=TV_SESOI,
     cells=("remedy", "norm", "resid_dropout", "init"),
 )

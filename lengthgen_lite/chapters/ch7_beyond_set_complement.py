@@ -19,7 +19,7 @@ chapters 1-6.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Literal, get_args
 
 import numpy as np
@@ -34,7 +34,8 @@ from ..core.model import run_with_cache
 from ..core.seeding import make_generator
 from ..core.tasks import Batch
 from ..runs import Results, Spec
-from ..runs.claims import Claim, Decision, Effect
+from ..runs.claims import TV_SESOI, Claim, Decision, Effect
+from ..runs.compare import collapsed
 from ..runs.runner import register_evaluation
 
 TaskName = Literal["tictactoe", "dyck1", "anbn", "unlock", "norepeat"]
@@ -275,12 +276,20 @@ def pair_effect(
     results: Results, task: str, targets: str, worse: str, better: str
 ) -> Effect:
     """TV beyond the training lengths of placement ``worse`` minus ``better``, raw
-    weights, per seed (the same seeds): one cell (> 0: ``better`` is better)."""
+    weights, per seed (the same seeds): one cell (> 0: ``better`` is better), with the
+    seeds whose training collapsed in either placement."""
     values = per_seed(results, "tv_beyond", task, targets, worse) - per_seed(
         results, "tv_beyond", task, targets, better
     )
+    unstable = collapsed(results, task=task, targets=targets, norm=worse) | collapsed(
+        results, task=task, targets=targets, norm=better
+    )
     return Effect.of(
-        values, steps_of(results, task), pair=f"{worse} - {better}", targets=targets
+        values,
+        steps_of(results, task),
+        unstable=int(unstable.sum()),
+        pair=f"{worse} - {better}",
+        targets=targets,
     )
 
 
@@ -303,7 +312,14 @@ def ema_effects(
     per placement."""
     gains = ema_gains(results)
     return [
-        Effect.of(gains[task, targets, norm], steps_of(results, task), norm=norm)
+        Effect.of(
+            gains[task, targets, norm],
+            steps_of(results, task),
+            unstable=int(
+                collapsed(results, task=task, targets=targets, norm=norm).sum()
+            ),
+            norm=norm,
+        )
         for norm in PLACEMENTS
     ]
 
@@ -312,7 +328,7 @@ def scorecard(results: Results) -> list[Decision]:
     """The chapter's scorecard rows: each declared claim decided on the live run."""
     init = {c.init for c in results.configs}.pop()
     anbn = pair_effect(results, "anbn", "soft", "none", "post")
-    anbn = Effect(anbn.cell | {"init": init}, anbn.step, anbn.interval)
+    anbn = replace(anbn, cell=anbn.cell | {"init": init})
     return [
         GAME_CLAIM.decide(
             game_effects(results),
@@ -372,7 +388,7 @@ GAME_CLAIM = Claim(
     metric="TV beyond L",
     unit="TV",
     effect="the worse placement minus the better",
-    sesoi=0.01,
+    sesoi=TV_SESOI,
     cells=("pair", "init"),
 )
 #: The scorecard claim ch7-score-game-ema, declared once.
@@ -383,7 +399,7 @@ GAME_EMA_CLAIM = Claim(
     metric="TV beyond L",
     unit="TV",
     effect="raw minus EMA weights",
-    sesoi=0.01,
+    sesoi=TV_SESOI,
     cells=("norm", "init"),
 )
 #: The scorecard claim ch7-score-languages, declared once.
@@ -395,6 +411,6 @@ LANGUAGES_CLAIM = Claim(
     metric="a^n b^n, TV beyond L",
     unit="TV",
     effect="no norm minus post-norm",
-    sesoi=0.01,
+    sesoi=TV_SESOI,
     cells=("init",),
 )

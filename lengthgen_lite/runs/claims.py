@@ -64,6 +64,11 @@ KINDS: tuple[str, ...] = get_args(Kind)
 Scale = Literal["live", "reference"]
 MARGINS_FILE_VARIABLE = "LENGTHGEN_MARGINS_FILE"
 
+#: The book's smallest difference of interest in a predicted distribution: a hundredth
+#: of the probability mass, in TV. Declared once, before looking, for every claim and
+#: comparison on TV (chapters 1, 5, 6 and 7), never taken from a seed set.
+TV_SESOI = 0.01
+
 
 @dataclass(frozen=True)
 class Effect:
@@ -77,9 +82,18 @@ class Effect:
     unstable: int = 0  # seeds whose training collapsed, in either configuration
 
     @classmethod
-    def of(cls, values: Sequence[float] | np.ndarray, step: int, **cell: Any) -> Effect:
-        """The effect of per-seed ``values`` (a live run's, already signed)."""
-        return cls(dict(cell), step, t_interval(values))
+    def of(
+        cls,
+        values: Sequence[float] | np.ndarray,
+        step: int,
+        *,
+        unstable: int = 0,
+        **cell: Any,
+    ) -> Effect:
+        """The effect of per-seed ``values`` (a live run's, already signed), with how
+        many of its seeds collapsed in training
+        (:func:`~lengthgen_lite.runs.compare.collapsed`)."""
+        return cls(dict(cell), step, t_interval(values), unstable=int(unstable))
 
 
 def cell_word(effect: Effect, sesoi: float) -> str:

@@ -13,7 +13,7 @@ holds); :func:`level_effects` a level against a bar. The claim itself decides th
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -22,6 +22,7 @@ from .claims import Effect
 from .results import Results
 from .spec import CONFIG_FIELDS
 from .stats import (
+    MIN_PLATEAU_STEPS,
     converged,
     loss_windows,
     paired_interval,
@@ -49,9 +50,31 @@ def training_state(results: Results, config: int, step: int) -> tuple[bool, np.n
         return flat, unstable_seeds(windows)
     if config in results.trained:
         loss = results.trained[config].loss[:step]
-        _, windows = loss_windows(loss, min(LIVE_WINDOWS, len(loss)))
-        return converged(loss, len(loss)), unstable_seeds(windows)
+        flat = len(loss) >= MIN_PLATEAU_STEPS and converged(loss, len(loss))
+        return flat, collapsed_in(loss)
     return False, np.zeros(len(results.seeds), dtype=bool)
+
+
+def collapsed_in(loss: np.ndarray) -> np.ndarray:
+    """Per seed, whether a live training's loss curve ``loss`` [steps, K] ended well
+    above its best (:func:`~lengthgen_lite.runs.stats.unstable_seeds` on as many windows
+    as a stored sweep keeps)."""
+    _, windows = loss_windows(loss, min(LIVE_WINDOWS, len(loss)))
+    return unstable_seeds(windows)
+
+
+def collapsed(
+    results: Results, seeds: Sequence[int] | None = None, **where: object
+) -> np.ndarray:
+    """Per seed (of ``seeds``, default the configuration's own), whether the one
+    configuration matching ``where`` collapsed in training (:func:`training_state` at
+    its last step). A cell with such a seed is judged inconclusive."""
+    config = results.select(**where)[0]["config"]
+    flags = training_state(results, config, results.configs[config].steps)[1]
+    order = results.seeds_of(**where)
+    return np.array(
+        [bool(flags[order.index(seed)]) for seed in (order if seeds is None else seeds)]
+    )
 
 
 def paired_effects(

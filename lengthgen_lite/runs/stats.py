@@ -148,6 +148,10 @@ def pooled(intervals: Sequence[Interval], level: float = LEVEL) -> Interval:
     return _interval(mean, se, n, df, level)
 
 
+#: the shortest loss curve whose plateau can be read (a tenth of it is two steps)
+MIN_PLATEAU_STEPS = 20
+
+
 def loss_plateau(loss: np.ndarray, step: int) -> np.ndarray:
     """Per seed, the share of the training loss's fall over the first ``step`` steps
     that the last tenth of them bought.
@@ -160,9 +164,11 @@ def loss_plateau(loss: np.ndarray, step: int) -> np.ndarray:
     loss = np.asarray(loss, dtype=float)
     if loss.ndim != 2:
         raise ValueError(f"loss must be [steps, seeds], got shape {loss.shape}")
-    require_int("step", step, 20)
+    require_int("step", step, MIN_PLATEAU_STEPS)
     if step > len(loss):
-        raise ValueError(f"step={step} is invalid; allowed: 20..{len(loss)}")
+        raise ValueError(
+            f"step={step} is invalid; allowed: {MIN_PLATEAU_STEPS}..{len(loss)}"
+        )
     tenth = step // 10
     first = loss[: max(1, step // 100)].mean(axis=0)
     last = loss[step - tenth : step].mean(axis=0)
@@ -232,6 +238,7 @@ def unstable_seeds(windows: np.ndarray) -> np.ndarray:
 
 __all__ = [
     "LEVEL",
+    "MIN_PLATEAU_STEPS",
     "PLATEAU_TOLERANCE",
     "TOST_ALPHA",
     "UNSTABLE_RISE",
