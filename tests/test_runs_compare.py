@@ -199,3 +199,10 @@ def test_a_live_loss_curve_that_climbs_back_is_flagged():
     climbs[400:] = 1.2  # falls to 0.3, then jumps back most of the way up
     flags = collapsed_in(np.stack([settled, climbs], axis=1))
     assert flags.tolist() == [False, True]
+
+
+def test_batch_noise_on_a_short_live_curve_is_not_a_collapse():
+    rng = np.random.default_rng(0)
+    steps = np.arange(400, dtype=float)[:, None]
+    noisy = 2.0 * np.exp(-steps / 30) + 0.5 + rng.normal(0.0, 0.1, (400, 16))
+    assert not collapsed_in(noisy).any()

@@ -217,7 +217,7 @@ class Decision:
             f"SESOI {claim.sesoi:g}",
         ]
         if self.unstable:
-            parts.append(f"{self.unstable} unstable seeds")
+            parts.append(f"{self.unstable} unstable seed{'s' * (self.unstable > 1)}")
         if self.still_moving:
             parts.append("still moving")
         text = "; ".join(parts)

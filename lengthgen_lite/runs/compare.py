@@ -31,8 +31,11 @@ from .stats import (
     unstable_seeds,
 )
 
-# a live run's loss curve is cut into as many windows as a stored sweep keeps
+# a live run's loss curve is cut into as many windows as a stored sweep keeps, each at
+# least LIVE_WINDOW_STEPS long: a window's mean over fewer steps carries enough batch
+# noise (sampled targets) to read as a collapse (a 400-step search run, 7-step windows)
 LIVE_WINDOWS = 60
+LIVE_WINDOW_STEPS = 50
 
 
 def training_state(results: Results, config: int, step: int) -> tuple[bool, np.ndarray]:
@@ -57,9 +60,10 @@ def training_state(results: Results, config: int, step: int) -> tuple[bool, np.n
 
 def collapsed_in(loss: np.ndarray) -> np.ndarray:
     """Per seed, whether a live training's loss curve ``loss`` [steps, K] ended well
-    above its best (:func:`~lengthgen_lite.runs.stats.unstable_seeds` on as many windows
-    as a stored sweep keeps)."""
-    _, windows = loss_windows(loss, min(LIVE_WINDOWS, len(loss)))
+    above its best (:func:`~lengthgen_lite.runs.stats.unstable_seeds` on windows of at
+    least ``LIVE_WINDOW_STEPS`` steps, at most as many as a stored sweep keeps)."""
+    count = min(LIVE_WINDOWS, max(2, len(loss) // LIVE_WINDOW_STEPS))
+    _, windows = loss_windows(loss, count)
     return unstable_seeds(windows)
 
 
