@@ -225,3 +225,13 @@ def test_a_fixed_model_names_its_replicates_and_no_budget():
     number = fixed.decide([cell(0.2, 0.05, step=0)]).number
     assert "1 cell x 10 sequences;" in number and "steps" not in number
     assert "x 10 seeds, 6000 steps" in CLAIM.decide([cell(0.2, 0.05)]).number
+
+
+def test_the_number_gives_the_range_of_replicates_when_cells_differ():
+    sixteen = Effect(
+        {"init": "torch"}, 6000, t_interval(0.05 + 0.01 * NOISE[:8].repeat(2))
+    )
+    decision = CLAIM.decide([cell(0.05, 0.01), sixteen], "reference")
+    assert "pooled over 2 cells x 10-16 seeds, 6000 steps" in decision.number
+    same = CLAIM.decide([cell(0.05, 0.01), cell(0.05, 0.01, init="torch")], "reference")
+    assert "2 cells x 10 seeds" in same.number

@@ -1213,4 +1213,5 @@ SEARCH_CLAIM = Claim(
     effect="without minus with the remedy",
     sesoi=TV_SESOI,
     cells=("remedy", "norm", "resid_dropout", "init"),
+    replicates="seeds (EMA, in each run) or runs (dropout's fit)",
 )

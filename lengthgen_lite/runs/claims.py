@@ -207,7 +207,8 @@ class Decision:
         if self.pooled is None:
             return self.detail
         claim, final = self.claim, self.final
-        n = final[0].interval.n
+        sizes = sorted({e.interval.n for e in final})
+        n = f"{sizes[0]}" if len(sizes) == 1 else f"{sizes[0]}-{sizes[-1]}"
         budget = f", {final[0].step} steps" if final[0].step else ""
         parts = [
             f"{claim.effect} ({claim.unit}): {self.pooled.text(3, signed=True)} "
