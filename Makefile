@@ -6,13 +6,20 @@ SHELL := bash
 .NOTPARALLEL:
 
 PYTHON ?= python3
+# The version's one home is pyproject.toml; make dist names its files with it.
+VERSION := $(shell sed -n 's/^version = "\([^"]*\)"$$/\1/p' pyproject.toml)
 VENV := .venv
 BIN := $(VENV)/bin
 ENV := $(VENV)/.installed
 NODE := node_modules/.installed
 # html_extra_path in _config.yml: served at <site root>/vendor/, never committed.
 VENDOR := _build/extra/vendor
-CHROMIUM := /usr/bin/chromium
+# The browser of make pdf and the browser tests, chosen here and nowhere else: $LENGTHGEN_CHROMIUM if
+# set, else the first of chromium, chromium-browser and google-chrome on PATH, else Debian's
+# chromium, which the $(CHROMIUM) rule installs. tools/browser.mjs reads it from the environment.
+ON_PATH := $(firstword $(shell command -v chromium chromium-browser google-chrome))
+CHROMIUM := $(or $(LENGTHGEN_CHROMIUM),$(ON_PATH),/usr/bin/chromium)
+export LENGTHGEN_CHROMIUM := $(CHROMIUM)
 # Tested with this build; Debian replaces chromium on every security update, so an older build
 # may be gone from the mirror: then the current one is installed.
 CHROMIUM_VERSION := 156.0.8078.114-1~deb12u1
@@ -22,6 +29,12 @@ NB ?= $(wildcard notebooks/*.ipynb book/*.ipynb)
 # make lab's port: the one the chapters' "open in JupyterLab" links use (lengthgen_lab_port in _config.yml).
 LAB_PORT := $(shell sed -n 's/^ *lengthgen_lab_port: *\([0-9]*\).*/\1/p' _config.yml)
 PDF := _build/pdf/lengthgen-lite.pdf
+# make pdf also copies the PDF into the HTML book, at its root, where every page links to it
+# (BOOK_PDF in book/_ext/lengthgen_book.py): so it is in the release archive and on GitHub Pages.
+BOOK_PDF := _build/html/lengthgen-lite.pdf
+# make dist's output: what a release attaches (.github/workflows/release.yml).
+DIST := _build/dist
+HTML_ARCHIVE := lengthgen-lite-$(VERSION)-html
 # Both cores: pytest-xdist workers and parallel notebook execution, one torch thread each.
 WORKERS ?= 2
 # Chapter 4's SmolLM2 weights, cached outside the repository (ch4_llama.cache_dir reads the same variable).
@@ -35,7 +48,7 @@ SUDO := $(if $(ROOT),,sudo)
 export OMP_NUM_THREADS := 1
 export MKL_NUM_THREADS := 1
 
-.PHONY: book pdf test unit nbval margins browser execute bench lab lint format
+.PHONY: book pdf dist test unit nbval margins browser execute bench lab lint format
 
 book: $(VENDOR)/.copied
 	rm -rf _build/html
@@ -49,6 +62,25 @@ pdf: $(VENDOR)/.copied $(NODE) $(CHROMIUM)
 	rm -rf _build/singlehtml
 	$(BIN)/jupyter-book build . --builder singlehtml -W -n --keep-going
 	node tools/print_pdf.mjs _build/singlehtml $(PDF)
+	if [ -d _build/html ]; then cp $(PDF) $(BOOK_PDF); fi
+
+# A release's files, in _build/dist/: the HTML book with its PDF as one archive ($(HTML_ARCHIVE).tar.gz,
+# open index.html: nothing is fetched), the PDF beside it, and the package's sdist and wheel, built
+# offline by the venv's setuptools (the wheel from the sdist, so the sdist is known to be complete).
+dist: $(ENV)
+	$(MAKE) --no-print-directory book
+	$(MAKE) --no-print-directory pdf
+	test -f $(BOOK_PDF)
+	rm -rf $(DIST) _build/$(HTML_ARCHIVE)
+	mkdir -p $(DIST)
+	cp -R _build/html _build/$(HTML_ARCHIVE)
+	tar -czf $(DIST)/$(HTML_ARCHIVE).tar.gz -C _build $(HTML_ARCHIVE)
+	rm -rf _build/$(HTML_ARCHIVE)
+	cp $(PDF) $(DIST)/
+	$(BIN)/python -c 'from setuptools import build_meta; build_meta.build_sdist("$(DIST)")' > /dev/null
+	$(BIN)/pip wheel --quiet --no-deps --no-build-isolation --no-index --wheel-dir $(DIST) \
+	  $(DIST)/lengthgen_lite-$(VERSION).tar.gz
+	ls -l $(DIST)
 
 # make lint first (a second or two), then one pytest run over both cores: unit tests and every
 # chapter as nbval items, compared with its stored
@@ -110,7 +142,8 @@ lab: $(ENV)
 $(ENV): requirements.txt constraints.txt pyproject.toml
 	rm -rf $(VENV)
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install --quiet -r requirements.txt -c constraints.txt -e .
+	$(BIN)/pip install --quiet -r requirements.txt -c constraints.txt -e . \
+	  $(if $(LENGTHGEN_TORCH_INDEX),--extra-index-url $(LENGTHGEN_TORCH_INDEX))
 	$(BIN)/pip check
 	touch $@
 
@@ -124,7 +157,13 @@ $(NODE): package.json package-lock.json
 	npm ci --ignore-scripts --no-audit --no-fund
 	touch $@
 
+# Only when no browser was found (or LENGTHGEN_CHROMIUM names a missing file: then it stops).
 $(CHROMIUM):
+	@if [ "$@" != /usr/bin/chromium ]; then \
+	  echo "LENGTHGEN_CHROMIUM=$@: no such file. Point it at a Chromium or Chrome binary, or unset it" \
+	    "to use chromium, chromium-browser or google-chrome from PATH, or Debian's chromium." >&2; \
+	  exit 1; \
+	fi
 	$(SUDO) apt-get update
 	$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
 	  chromium=$(CHROMIUM_VERSION) fonts-liberation \

@@ -210,6 +210,8 @@ def test_a_real_build_badges_counts_and_chapter_line(tmp_path):
     assert (
         chapter.count('href="http://127.0.0.1:9999/lab/tree/notebooks/01_x.rst"') == 2
     )
+    # the whole book as one PDF, a header button relative to each page
+    assert f'href="../{ext.BOOK_PDF}"' in chapter and f'href="{ext.BOOK_PDF}"' in index
     # the footer
     assert (
         "lengthgen-lite version 9.8.7" in chapter

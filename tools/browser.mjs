@@ -30,11 +30,21 @@ export async function serveDirectory(root) {
   return { origin: `http://127.0.0.1:${server.address().port}`, close: () => server.close() };
 }
 
-/** Headless /usr/bin/chromium with a fresh profile; returns { context, close } (close removes the profile). */
+/**
+ * Headless Chromium with a fresh profile; returns { context, close } (close removes the profile).
+ * The browser is $LENGTHGEN_CHROMIUM, which make sets (the Makefile's CHROMIUM: the one place that finds it).
+ */
 export async function launchChromium(viewport = { width: 1280, height: 900 }) {
+  const executablePath = process.env.LENGTHGEN_CHROMIUM;
+  if (!executablePath) {
+    throw new Error(
+      "LENGTHGEN_CHROMIUM is not set: run this through make (make pdf, make test, make browser), which finds "
+        + "the browser, or set it to a Chromium or Chrome binary",
+    );
+  }
   const userDataDir = await mkdtemp(path.join(os.tmpdir(), "lengthgen-chromium-"));
   const context = await chromium.launchPersistentContext(userDataDir, {
-    executablePath: "/usr/bin/chromium",
+    executablePath,
     headless: true,
     viewport,
     args: [

@@ -6,6 +6,7 @@ Everything here is computed from files in the repository, so nothing is typed tw
 - at the top of each chapter, how long it takes to execute
   (``benchmarks/results/speed.json``, written by ``make bench``) and a link that opens
   the same notebook in a local ``make lab`` (also a header button);
+- on every page, a header button that opens the whole book as one PDF;
 - ``{cite-this}``: the citation and its BibTeX, from ``CITATION.cff``;
 - the scorecard's verdicts as coloured badges, ``{verdict-summary}``: their counts, and
   ``{verdict}`word```: one badge in prose. The verdicts are glued from the notebooks, so
@@ -35,6 +36,9 @@ from lengthgen_lite.runs import claims
 LOGGER = logging.getLogger(__name__)
 STATIC = pathlib.Path(__file__).resolve().parents[1] / "_static"
 CHAPTERS = "notebooks/"  # docnames of the chapters start with this
+# The whole book as one PDF, at the root of the HTML book: `make pdf` copies it there
+# (BOOK_PDF in the Makefile), so the release archive and GitHub Pages carry it.
+BOOK_PDF = "lengthgen-lite.pdf"
 # Every verdict word a chapter may glue, in the order the summary lists them: the
 # package's own tuple (one definition); each has a badge colour in
 # _static/lengthgen.css.
@@ -265,6 +269,27 @@ def add_lab_button(
     )
 
 
+def add_pdf_button(
+    app: Sphinx, pagename: str, templatename: str, context: dict[str, Any], doctree: Any
+) -> None:
+    """A header button on every page of the HTML book: the whole book as one PDF.
+
+    The link is relative (``pathto``), so it works wherever the book is unpacked. The
+    singlehtml build is the PDF itself: no button there.
+    """
+    if app.builder.name != "html" or "header_buttons" not in context:
+        return
+    context["header_buttons"].append(
+        {
+            "type": "link",
+            "url": context["pathto"](BOOK_PDF, resource=True),
+            "icon": "fas fa-file-pdf",
+            "tooltip": "The whole book as one PDF",
+            "label": "book-pdf-button",
+        }
+    )
+
+
 def verdict_role(
     name: str,
     rawtext: str,
@@ -380,6 +405,7 @@ def setup(app: Sphinx) -> dict[str, Any]:
     app.connect("doctree-read", add_chapter_line)
     # after the theme makes the list
     app.connect("html-page-context", add_lab_button, priority=502)
+    app.connect("html-page-context", add_pdf_button, priority=502)
     app.add_role("verdict", verdict_role)
     app.add_directive("cite-this", CiteThis)
     app.add_directive("verdict-summary", VerdictSummary)

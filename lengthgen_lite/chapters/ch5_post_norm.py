@@ -530,9 +530,9 @@ def deeper_effects(placements: Results, deeper: Results) -> dict[str, Effect]:
 
 def deeper_words(placements: Results, deeper: Results) -> dict[str, str]:
     """The protocol's word for each of :func:`deeper_effects` at
-    :data:`TV_SESOI`: "helps" (pre_final ahead, its 95% interval above 0 and the
-    estimate at least the SESOI), "equivalent" (TOST: the 90% interval inside
-    ±SESOI), "hurts" (post ahead) or "inconclusive"."""
+    :data:`~lengthgen_lite.runs.claims.TV_SESOI`: "helps" (pre_final ahead, its 95%
+    interval above 0 and the estimate at least the SESOI), "equivalent" (TOST: the 90%
+    interval inside ±SESOI), "hurts" (post ahead) or "inconclusive"."""
     return {
         model: cell_word(effect, TV_SESOI)
         for model, effect in deeper_effects(placements, deeper).items()

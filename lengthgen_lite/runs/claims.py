@@ -437,6 +437,7 @@ __all__ = [
     "CELL_WORDS",
     "KINDS",
     "MARGINS_FILE_VARIABLE",
+    "TV_SESOI",
     "VERDICTS",
     "Claim",
     "Decision",

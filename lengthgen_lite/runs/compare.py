@@ -178,4 +178,11 @@ def unstable_counts(results: Results, **where: Any) -> dict[int, int]:
     return out
 
 
-__all__ = ["level_effects", "paired_effects", "training_state", "unstable_counts"]
+__all__ = [
+    "collapsed",
+    "collapsed_in",
+    "level_effects",
+    "paired_effects",
+    "training_state",
+    "unstable_counts",
+]
