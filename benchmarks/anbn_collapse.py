@@ -18,7 +18,7 @@ Sub-commands (each prints plain numbers; none prints a time as a result):
 - ``trace --norm none --init torch``: retrains one configuration with this file's own
   eager loop (the package's init, data streams, loss and per-seed vmapped gradients;
   AdamW written out as ``torch.optim.AdamW``'s single-tensor update, the formula of
-  ``training._compiled_step``), checks its loss windows against the stored ones, and
+  ``fast_path.compiled_step``), checks its loss windows against the stored ones, and
   records per step and seed: the global gradient norm, the Adam update norm and its
   ratio to the weight norm, the per-parameter norms, the largest |attention score|
   (pre-softmax), the attention entropy and the cosine between successive W_Q/W_K
@@ -49,8 +49,9 @@ Run from the repository root, one torch thread::
     ... benchmarks/anbn_collapse.py trace --norm none --init torch --out /tmp/trace.npz
     ... benchmarks/anbn_collapse.py remedy --norm none --init torch --clip 1.0
 
-It uses ``core.training``'s private pieces (``_chunked_batches``, ``_gradients`` with
-its ``traced`` flag, ``_param_groups``, ``_unstack``) as of commit 2d7fb59; run on a
+It uses ``core.fast_path.chunked_batches`` and ``core.training``'s private pieces
+(``_gradients`` with its ``traced`` flag, ``_param_groups``, ``_unstack``) as of commit
+2d7fb59 (moved since, issue 34); run on a
 shared machine, report CPU seconds (``/usr/bin/time``), not wall time.
 """
 
@@ -73,12 +74,12 @@ from torch import Tensor
 from torch.func import stack_module_state
 
 from lengthgen_lite.chapters.ch7_beyond_set_complement import SPECS, evaluate_lengths
+from lengthgen_lite.core.fast_path import chunked_batches
 from lengthgen_lite.core.languages import AnBn
 from lengthgen_lite.core.model import init_model
 from lengthgen_lite.core.seeding import make_generator
 from lengthgen_lite.core.training import (
     TrainConfig,
-    _chunked_batches,
     _gradients,
     _param_groups,
     _unstack,
@@ -319,7 +320,7 @@ def train_loop(
     """Train ``config``'s model on its task with ``recipe``, all seeds batched as
     ``core.training.train`` does (same init, same data streams, same per-seed
     gradients), eagerly, with AdamW written out (torch's single-tensor update, the same
-    formula as ``training._compiled_step``), plus ``recipe.clip`` and ``recipe.eps``.
+    formula as ``fast_path.compiled_step``), plus ``recipe.clip`` and ``recipe.eps``.
     """
     model_cfg = config.model_config()
     task = config.setup().task
@@ -371,7 +372,7 @@ def train_loop(
     qk = [n for n in names if n.endswith(("W_Q.weight", "W_K.weight"))]
     previous_qk: Tensor | None = None
 
-    for t, data in enumerate(_chunked_batches(task, cfg, streams)):
+    for t, data in enumerate(chunked_batches(task, cfg, streams)):
         for p in params.values():
             p.requires_grad_(True)
         grads, (_, loss) = grads_of(params, buffers, data)

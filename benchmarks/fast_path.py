@@ -28,15 +28,15 @@ from batched_training import matmul_seconds
 
 from lengthgen_lite.chapters import ch1_set_complement as ch1
 from lengthgen_lite.chapters import ch7_beyond_set_complement as ch7
-from lengthgen_lite.core import training
+from lengthgen_lite.core import fast_path as core_fast_path
 from lengthgen_lite.core.averaging import make_bema, make_ema
+from lengthgen_lite.core.fast_path import plan_path
 from lengthgen_lite.core.model import ModelConfig
 from lengthgen_lite.core.tasks import Task
 from lengthgen_lite.core.training import (
     AveragerFactory,
     StackedParams,
     TrainConfig,
-    plan_path,
     train,
 )
 
@@ -189,7 +189,7 @@ def fast_path(steps: int, repeats: int) -> list[dict[str, object]]:
                     if path == "compiled" and repeat < 2:
                         # trace again (cold, then warm: as a new process would);
                         # later repeats reuse the step
-                        training._COMPILED.clear()
+                        core_fast_path._COMPILED.clear()
                         torch._dynamo.reset()
                     cpu_ms, step_wall, first_wall = timed(run, path)
                     ms[path].append(cpu_ms)

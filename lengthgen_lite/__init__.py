@@ -10,14 +10,12 @@ and ``runs``), ``viz`` draws (``viz.common`` plus ``viz.chN_*`` mirroring the ch
 from importlib import metadata as _metadata
 
 from .core.evaluation import LengthTable, evaluate_set_complement
+from .core.hooks import hook_names, run_with_cache, run_with_hooks
 from .core.model import (
     PLACEMENTS,
     ModelConfig,
     Transformer,
-    hook_names,
     init_model,
-    run_with_cache,
-    run_with_hooks,
 )
 from .core.seeding import make_generator, seed_everything
 from .core.tasks import (

@@ -5,14 +5,14 @@ import pytest
 import torch
 
 from lengthgen_lite.chapters import ch4_llama as llama
-from lengthgen_lite.chapters.ch4_pretrained import _offline
+from lengthgen_lite.core import pretrained
 
 
 @pytest.fixture(scope="module")
 def tiny():
     """A tiny randomly initialised Llama: the hooks and the measurement without the real
     weights."""
-    _offline()
+    pretrained.offline()
     from transformers import LlamaConfig, LlamaForCausalLM
 
     torch.manual_seed(0)
@@ -30,19 +30,9 @@ def tiny():
 
 
 def tokens(n=5, length=24, seed=0):
-    return llama.random_token_sequences(
+    return pretrained.random_token_sequences(
         n, length, vocab_size=300, first_id=3, seed=seed, start_id=1
     )
-
-
-def test_random_tokens_start_with_the_start_token_and_stay_in_range():
-    t = tokens()
-    assert (
-        t.shape == (5, 24)
-        and (t[:, 0] == 1).all()
-        and ((t[:, 1:] >= 3) & (t[:, 1:] < 300)).all()
-    )
-    assert torch.equal(t, tokens()) and not torch.equal(t, tokens(seed=1))
 
 
 def test_hooks_record_the_layers_own_outputs_at_the_last_position(tiny):
@@ -177,14 +167,6 @@ def test_describe_names_a_causal_llama(tiny):
             "chunk must be a positive int",
         ),
         (
-            lambda m: llama.random_token_sequences(0, 8, 300, 3, 0),
-            "n_sequences must be an int >= 1",
-        ),
-        (
-            lambda m: llama.random_token_sequences(2, 8, 300, 300, 0),
-            "first_id must be in 0..vocab_size-1",
-        ),
-        (
             lambda m: llama.text_windows(list(range(50)), 3, 20, 0),
             r"n_sequences must be an int in 1\.\.2",
         ),
@@ -236,11 +218,11 @@ def test_the_record_is_the_eager_attention_s_whatever_the_model_was_loaded_with(
 
 
 @pytest.mark.skipif(
-    not (llama.cache_dir() / llama.CONVERTED).exists(),
+    not (pretrained.cache_dir() / pretrained.CONVERTED).exists(),
     reason="SmolLM2 not converted yet (make fetches it)",
 )
 def test_the_cached_smollm2_is_a_causal_llama():
-    model = llama.load_smollm2()
+    model = pretrained.load_smollm2()
     facts = llama.describe(model)
     assert (
         facts["class"],

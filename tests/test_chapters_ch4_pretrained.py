@@ -5,13 +5,18 @@ import pytest
 import torch
 
 from lengthgen_lite.chapters import ch4_pretrained as pretrained
-from lengthgen_lite.core.seeding import make_generator
+from lengthgen_lite.core.pretrained import (
+    load_minilm,
+    offline,
+    random_init_like,
+    random_token_sequences,
+)
 
 
 @pytest.fixture(scope="module")
 def tiny():
     """A tiny randomly initialised BERT: shapes and errors without the real weights."""
-    pretrained._offline()
+    offline()
     from transformers import BertConfig, BertModel
 
     torch.manual_seed(0)
@@ -27,22 +32,10 @@ def tiny():
     return BertModel(cfg, add_pooling_layer=False).eval()
 
 
-def test_random_token_sequences_have_special_ends_and_word_pieces():
-    tokens = pretrained.random_token_sequences(
-        6, 4, make_generator(0), vocab_size=2100, cls_id=101, sep_id=102
-    )
-    assert (
-        tokens.shape == (4, 6)
-        and (tokens[:, 0] == 101).all()
-        and (tokens[:, -1] == 102).all()
-    )
-    assert (
-        (tokens[:, 1:-1] >= pretrained.FIRST_WORD_PIECE) & (tokens[:, 1:-1] < 2100)
-    ).all()
-
-
 def test_layer0_outputs_shapes_and_w_o(tiny):
-    tokens = pretrained.random_token_sequences(10, 3, make_generator(1), 2100, 101, 102)
+    tokens = random_token_sequences(
+        3, 10, 2100, pretrained.FIRST_WORD_PIECE, 1, 101, 102
+    )
     before, after, n_eff = pretrained.layer0_attention_outputs(
         tiny, tokens, [0, 1, "middle", -1]
     )
@@ -55,7 +48,9 @@ def test_layer0_outputs_shapes_and_w_o(tiny):
 def test_rows_only_match_the_full_layer(tiny):
     """Computing only the read rows gives the numbers of the model's own full attention
     layer."""
-    tokens = pretrained.random_token_sequences(12, 3, make_generator(2), 2100, 101, 102)
+    tokens = random_token_sequences(
+        3, 12, 2100, pretrained.FIRST_WORD_PIECE, 2, 101, 102
+    )
     before, after, n_eff = pretrained.layer0_attention_outputs(
         tiny, tokens, [1, 0, "middle"]
     )
@@ -81,7 +76,7 @@ def test_std_table_shapes_and_determinism(tiny):
 
 
 def test_models_without_attention_weights_are_rejected():
-    pretrained._offline()
+    offline()
     from transformers import BertConfig, BertModel
 
     cfg = BertConfig(
@@ -111,24 +106,6 @@ def test_resolve_position():
 @pytest.mark.parametrize(
     "call, message",
     [
-        (
-            lambda m: pretrained.random_token_sequences(
-                2, 1, make_generator(0), 2100, 101, 102
-            ),
-            "N must be an int >= 3",
-        ),
-        (
-            lambda m: pretrained.random_token_sequences(
-                5, 0, make_generator(0), 2100, 101, 102
-            ),
-            "n_sequences must be",
-        ),
-        (
-            lambda m: pretrained.random_token_sequences(
-                5, 1, make_generator(0), 1000, 101, 102
-            ),
-            "first_id must be",
-        ),
         (
             lambda m: pretrained.layer0_attention_outputs(
                 m, torch.zeros(2, 70, dtype=torch.long), [1]
@@ -166,7 +143,7 @@ def test_bad_input_raises(tiny, call, message):
 
 
 def test_the_packaged_weights_load_offline_and_show_the_decay():
-    model = pretrained.load_minilm()
+    model = load_minilm()
     assert (
         os.environ["HF_HUB_OFFLINE"] == "1"
         and os.environ["TRANSFORMERS_OFFLINE"] == "1"
@@ -182,7 +159,7 @@ def test_the_packaged_weights_load_offline_and_show_the_decay():
     table = pretrained.attention_output_std(model, [8, 128], [1], n_sequences=48)
     median = np.median(table.after_wo[:, 0], axis=1)
     assert median[1] < 0.8 * median[0]  # the std at an ordinary position falls with N
-    fresh = pretrained.random_init_like(model, seed=0)
+    fresh = random_init_like(model, seed=0, add_pooling_layer=False)
     # near-uniform
     assert (
         pretrained.attention_output_std(fresh, [8], [1], n_sequences=4).n_eff[0, 0]

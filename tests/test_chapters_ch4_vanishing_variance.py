@@ -16,7 +16,7 @@ from lengthgen_lite.chapters.ch4_vanishing_variance import (
     shift_statistics,
     standardize,
 )
-from lengthgen_lite.core.model import run_with_hooks
+from lengthgen_lite.core.hooks import run_with_hooks
 from lengthgen_lite.core.retrieval import (
     RETRIEVAL_VARIANTS,
     ArgmaxRetrieval,

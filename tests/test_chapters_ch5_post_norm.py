@@ -14,7 +14,8 @@ from lengthgen_lite.chapters.ch5_post_norm import (
     gap_profile,
     growth,
 )
-from lengthgen_lite.core.model import ModelConfig, Transformer, run_with_hooks
+from lengthgen_lite.core.hooks import run_with_hooks
+from lengthgen_lite.core.model import ModelConfig, Transformer
 from lengthgen_lite.core.seeding import seed_everything
 from lengthgen_lite.runs import run
 from lengthgen_lite.runs.claims import CELL_WORDS, TV_SESOI, VERDICTS, Decision

@@ -243,7 +243,7 @@ def test_length_metrics_with_every_position_counted_is_a_plain_mean_to_the_bit()
     # must not move them
     torch.manual_seed(1)
     model = Transformer(ModelConfig(vocab_size=8, d_model=16, norm="post")).eval()
-    from lengthgen_lite.core.model import run_with_cache
+    from lengthgen_lite.core.hooks import run_with_cache
     from lengthgen_lite.core.tasks import sample_sequences, target_distribution
 
     tokens = sample_sequences(8, 7, 300, torch.Generator().manual_seed(0))

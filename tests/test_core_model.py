@@ -1,17 +1,14 @@
 import pytest
 import torch
 
+from lengthgen_lite.core.hooks import hook_names, run_with_cache, run_with_hooks
 from lengthgen_lite.core.model import (
     NORM_SITES,
     PLACEMENTS,
     ModelConfig,
     NormSites,
     Transformer,
-    hook_names,
-    hooks_installed,
     init_model,
-    run_with_cache,
-    run_with_hooks,
 )
 from lengthgen_lite.core.seeding import seed_everything
 
@@ -110,24 +107,6 @@ def test_norm_placements_do_what_they_say():
     )
     # no affine
     assert not any("ln_attn_out" in name for name, _ in attn_ln.named_parameters())
-
-
-def test_run_with_cache_removes_hooks_even_on_error():
-    model = Transformer(ModelConfig(vocab_size=8, d_model=16))
-    with pytest.raises(ValueError, match="tokens must be"):
-        run_with_cache(model, torch.zeros(2, 3))  # float, not token ids
-    assert all(not m._forward_hooks for m in model.modules())
-    run_with_cache(model, tokens())
-    assert all(not m._forward_hooks for m in model.modules())
-
-
-def test_run_with_cache_unknown_name():
-    with pytest.raises(ValueError, match="unknown activation"):
-        run_with_cache(
-            Transformer(ModelConfig(vocab_size=8, d_model=16)),
-            tokens(),
-            names=["blocks.0.attn.hook_nope"],
-        )
 
 
 def test_forward_embeddings_checks_width_and_max_len():
@@ -281,80 +260,6 @@ def test_training_never_sees_hook_scale_so_it_is_unchanged():
     assert not any(m._forward_hooks for m in result.models[0].modules())
 
 
-# --- run_with_hooks -------------------------------------------------------------------
-
-
-def test_run_with_hooks_passes_activation_and_name_and_replaces():
-    model = trained_like("none")
-    x = tokens()
-    seen = []
-
-    def zero_attention(out, name):
-        seen.append((name, tuple(out.shape)))
-        return torch.zeros_like(out)
-
-    logits = run_with_hooks(model, x, {"blocks.0.hook_attn_out": zero_attention})
-    assert seen == [("blocks.0.hook_attn_out", (3, 5, 16))]
-    # no attention: the logits are the unembedded token embeddings
-    torch.testing.assert_close(logits, model.unembed(model.embed(x)))
-    assert not any(m._forward_hooks for m in model.modules())
-
-
-def test_run_with_hooks_none_keeps_the_activation_and_restores_training_mode():
-    model = trained_like("post")
-    model.train()
-    x = tokens()
-    logits = run_with_hooks(
-        model, x, {"blocks.0.hook_attn_out": lambda out, name: None}
-    )
-    assert model.training
-    assert torch.equal(logits, model.eval()(x))
-
-
-def test_run_with_hooks_and_cache_together_record_the_replacement():
-    model = trained_like("none")
-    hooks = {"blocks.0.hook_attn_out": lambda out, _name: 3 * out}
-    _, plain = run_with_cache(model, tokens(), names=["blocks.0.hook_attn_out"])
-    _, scaled = run_with_cache(
-        model, tokens(), names=["blocks.0.hook_attn_out"], hooks=hooks
-    )
-    assert (
-        scaled["blocks.0.hook_attn_out"].shape == plain["blocks.0.hook_attn_out"].shape
-    )
-
-
-def test_run_with_hooks_removes_hooks_even_on_error():
-    model = trained_like("none")
-
-    def broken(out, name):
-        raise RuntimeError("inside a hook")
-
-    with pytest.raises(RuntimeError, match="inside a hook"):
-        run_with_hooks(model, tokens(), {"blocks.0.hook_attn_out": broken})
-    assert not any(m._forward_hooks for m in model.modules())
-    with hooks_installed(model, {"hook_embed": lambda out, _name: out}):
-        assert model.hook_embed.hooked
-    assert not model.hook_embed.hooked
-
-
-@pytest.mark.parametrize(
-    "hooks, message",
-    [
-        (
-            {"blocks.0.attn.hook_nope": lambda out, name: None},
-            "unknown activation names.*hook_embed",
-        ),
-        ({"hook_embed": "not a function"}, "must be callable"),
-        ({"hook_embed": lambda out, name: 2.0}, "return a Tensor or None"),
-    ],
-)
-def test_run_with_hooks_bad_input_raises(hooks, message):
-    model = trained_like("none")
-    with pytest.raises(ValueError, match=message):
-        run_with_hooks(model, tokens(), hooks)
-    assert not any(m._forward_hooks for m in model.modules())
-
-
 # --- init_model -----------------------------------------------------------------------
 
 
@@ -383,6 +288,50 @@ def test_init_model_is_the_start_train_uses():
     assert not torch.equal(
         init_model(cfg, 4).embed.weight, init_model(cfg, 5).embed.weight
     )
+
+
+def old_init_model(cfg, seed, model_class=Transformer):
+    """init_model before issue 34: it seeded every global stream, then built."""
+    seed_everything(2 * seed)
+    return model_class(cfg)
+
+
+@pytest.mark.parametrize(
+    "kwargs, checksums",
+    [
+        # sum, sum of |w|, sum of w^2 of every weight at seed 3, computed with the
+        # implementation before issue 34 (the weights every stored output started from)
+        ({}, (2.791232095565647, 340.990852652234, 224.4712120698887)),
+        (
+            dict(n_layers=2, d_mlp=8, norm="pre_final", n_heads=2),
+            (102.81425046773074, 735.7766559281372, 368.653998219466),
+        ),
+        (
+            dict(init="torch", attn_bias=True, d_mlp=8),
+            (-3.2190187743399292, 293.0415203634184, 151.7190205577491),
+        ),
+    ],
+)
+def test_init_model_gives_the_weights_it_always_gave(kwargs, checksums):
+    cfg = ModelConfig(vocab_size=8, d_model=16, **kwargs)
+    weights = init_model(cfg, 3).state_dict()
+    flat = torch.cat([w.flatten().double() for w in weights.values()])
+    sums = (flat.sum(), flat.abs().sum(), flat.square().sum())
+    assert [float(x) for x in sums] == pytest.approx(checksums, rel=1e-12)
+    for name, weight in old_init_model(cfg, 3).state_dict().items():
+        assert torch.equal(weight, weights[name]), name
+
+
+def test_init_model_leaves_the_callers_random_streams_alone():
+    import random
+
+    seed_everything(11)
+    expected = torch.rand(5), random.random()
+    seed_everything(11)
+    init_model(ModelConfig(vocab_size=8, d_model=16, d_mlp=8), 4)
+    init_model(ModelConfig(vocab_size=8, d_model=16, init="torch"), 5)
+    after = torch.rand(5), random.random()
+    assert torch.equal(after[0], expected[0]) and after[1] == expected[1]
 
 
 @pytest.mark.parametrize("seed", [-1, 1.5, True, "0"])

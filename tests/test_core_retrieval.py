@@ -3,12 +3,8 @@
 import pytest
 import torch
 
-from lengthgen_lite.core.model import (
-    ModelConfig,
-    hook_names,
-    init_model,
-    run_with_cache,
-)
+from lengthgen_lite.core.hooks import hook_names, run_with_cache
+from lengthgen_lite.core.model import ModelConfig, init_model
 from lengthgen_lite.core.retrieval import (
     NO_TOKEN,
     RETRIEVAL_COLUMNS,

@@ -19,7 +19,7 @@ import numpy as np
 from torch import Tensor, nn
 
 from ..core.evaluation import PATTERN, LengthTable, loglog_slope, stack_metric
-from ..core.model import run_with_cache
+from ..core.hooks import run_with_cache
 from ..runs.claims import Claim, Decision, Effect, cell_word
 from ..runs.compare import collapsed_in
 from ..runs.stats import t_interval

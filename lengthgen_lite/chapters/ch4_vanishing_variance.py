@@ -32,7 +32,7 @@ from torch import Tensor, nn
 
 from ..core import metrics
 from ..core.evaluation import loglog_slope
-from ..core.model import HookFn, hook_names, run_with_cache
+from ..core.hooks import HookFn, hook_names, run_with_cache
 from ..core.retrieval import (
     RETRIEVAL_VARIANTS,
     ArgmaxRetrieval,

@@ -14,16 +14,14 @@ from .evaluation import (
     evaluate_set_complement,
     prefix_profile,
 )
+from .hooks import hook_names, run_with_cache, run_with_hooks
 from .model import (
     NORM_SITES,
     PLACEMENTS,
     ModelConfig,
     NormSites,
     Transformer,
-    hook_names,
     init_model,
-    run_with_cache,
-    run_with_hooks,
 )
 from .retrieval import (
     ArgmaxRetrieval,

@@ -20,7 +20,7 @@ import torch
 from torch import Tensor, nn
 
 from . import metrics
-from .model import run_with_cache
+from .hooks import run_with_cache
 from .seeding import make_generator
 from .tasks import sample_sequences, seen_mask, target_distribution
 from .validation import require_number

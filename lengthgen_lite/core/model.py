@@ -26,8 +26,9 @@ name                                       shape                                
 =========================================  ====================================  ==================
 
 Every norm also has ``<norm>.hook_scale`` [batch, pos, 1]: the divisor sqrt(var + eps)
-of each vector (recorded, or replaced by :func:`run_with_hooks`, e.g. frozen to a
-constant in chapter 5).
+of each vector (recorded, or replaced by
+:func:`~lengthgen_lite.core.hooks.run_with_hooks`, e.g. frozen to a constant in
+chapter 5). :mod:`lengthgen_lite.core.hooks` records and intervenes by these names.
 
 Where the norms sit is ``NORM_SITES``, one table from placement name to
 :class:`NormSites` (``PLACEMENTS`` is its names); adding a placement is adding a row
@@ -38,14 +39,15 @@ on: from ``hook_attn_scores`` on, ``query_pos`` and ``pos`` have size 1 and the 
 are [batch, 1, n_outputs].
 
 Chapter 4's retrieval model, a subclass with an input layer for packed set items, lives
-in :mod:`lengthgen_lite.core.retrieval` with its tasks.
+in :mod:`lengthgen_lite.core.retrieval` with its tasks. Training's faster forward of the
+same function (token tables, fused attention products) is
+:mod:`lengthgen_lite.core.fast_path`; this module is the plain path it is tested against.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable, Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal, get_args
 
@@ -53,7 +55,16 @@ import torch
 from torch import Tensor, nn
 from torch.nn import functional as F
 
-from .seeding import seed_everything
+# TEMPORARY (issue 34): chapters ch5/ch6/ch7 still import hooks_installed,
+# run_with_cache and run_with_hooks from here; they move to core.hooks when those
+# modules are free, and only HookPoint stays.
+from .hooks import (
+    HookPoint,
+    hooks_installed,  # noqa: F401
+    run_with_cache,  # noqa: F401
+    run_with_hooks,  # noqa: F401
+)
+from .seeding import forked_torch_stream
 from .validation import require_int, require_number
 
 NormKind = Literal["layernorm", "standardize"]
@@ -183,19 +194,6 @@ class ModelConfig:
         return self.n_outputs if self.n_outputs is not None else self.vocab_size
 
 
-class HookPoint(nn.Module):
-    """Identity: a named place where :func:`run_with_cache` records a tensor and
-    :func:`run_with_hooks` may replace it."""
-
-    def forward(self, x: Tensor) -> Tensor:
-        return x
-
-    @property
-    def hooked(self) -> bool:
-        """True while a hook is registered here (a recording or an intervention)."""
-        return bool(self._forward_hooks or self._forward_pre_hooks)
-
-
 class Norm(nn.Module):
     """LayerNorm over features, with affine gain/bias, or plain standardisation (no
     affine).
@@ -229,16 +227,6 @@ class Norm(nn.Module):
         return self.hook_normalized(y)
 
 
-def _matmul(a: Tensor, b: Tensor, broadcast: bool) -> Tensor:
-    """``a @ b``; ``broadcast``: as a broadcast product summed over the shared axis. The
-    attention's products are one tiny matrix per (seed, sequence, head) at a handful of
-    positions, which a batched matmul runs at a few GFLOP/s; under torch.compile the
-    broadcast form is one fused kernel. Eagerly it materialises the product and is
-    slower from ~16 positions, so only the compiled training step uses it. Equal up to
-    rounding."""
-    return (a.unsqueeze(-1) * b.unsqueeze(-3)).sum(-2) if broadcast else a @ b
-
-
 class Attention(nn.Module):
     def __init__(self, cfg: ModelConfig):
         super().__init__()
@@ -259,52 +247,34 @@ class Attention(nn.Module):
         self.hook_pattern = HookPoint()  # [batch, head, query_pos, key_pos]
         self.hook_z = HookPoint()  # [batch, pos, head, d_head]
 
-    def forward(
-        self, x: Tensor, tokens: Tensor | None = None, broadcast: bool = False
-    ) -> Tensor:
-        """x [batch, pos, d_model]; or, with ``tokens`` [batch, pos], a [v, d_model]
-        table of each token's input (see :meth:`Transformer.forward`): then v rows are
-        projected, not every position."""
-        B, T = x.shape[:2] if tokens is None else tokens.shape
+    def forward(self, x: Tensor) -> Tensor:
+        """x [batch, pos, d_model] -> [batch, pos (1 if queries="last"), d_model]."""
+        B, T, _ = x.shape
         q, k = (
-            (W(x) if tokens is None else F.embedding(tokens, W(x)))
-            .view(B, T, self.n_heads, self.d_head)
-            .transpose(1, 2)
+            W(x).view(B, T, self.n_heads, self.d_head).transpose(1, 2)
             for W in (self.W_Q, self.W_K)
-        )
+        )  # [batch, head, pos, d_head]
         # one query row: O(T) rather than O(T^2), so N = 1024 stays cheap (ch. 4)
         if self.last_query:
             q = q[:, :, -1:]
         # [batch, head, T or 1, T]
-        scores = _matmul(q, k.transpose(-1, -2), broadcast) / math.sqrt(self.d_head)
-        if self.causal:
-            future = torch.ones(T, T, dtype=torch.bool, device=q.device).triu(1)[
-                -q.shape[2] :
-            ]
-            scores = scores.masked_fill(future, float("-inf"))
+        scores = self.mask_future(q @ k.transpose(-1, -2) / math.sqrt(self.d_head))
         pattern = self.hook_pattern(self.hook_attn_scores(scores).softmax(dim=-1))
         pattern = self.dropout(pattern)
-        if tokens is not None:
-            # Token tables: W_O is linear, so pattern @ (V W_O) is (pattern @ V) W_O; it
-            # projects v table rows instead of every position (most of a training
-            # step's matmul FLOPs otherwise). z is never formed, so hook_z is not
-            # called.
-            W_O = self.W_O.weight.view(-1, self.n_heads, self.d_head)
-            ov = torch.einsum(
-                "vhe,dhe->vhd", self.W_V(x).view(x.shape[0], *W_O.shape[1:]), W_O
-            )
-            # [batch, head, T, d_model]
-            ov = F.embedding(tokens, ov.flatten(1)).view(B, T, self.n_heads, -1)
-            out = _matmul(pattern, ov.transpose(1, 2), broadcast)
-            # [batch, T or 1, d_model]
-            out = out.squeeze(1) if self.n_heads == 1 else out.sum(1)
-            # W_O's bias (attn_bias) after the product, as the plain path adds it
-            return out if self.W_O.bias is None else out + self.W_O.bias
         v = self.W_V(x).view(B, T, self.n_heads, self.d_head).transpose(1, 2)
         # [batch, T or 1, head, d_head]
-        z = self.hook_z(_matmul(pattern, v, broadcast).transpose(1, 2))
+        z = self.hook_z((pattern @ v).transpose(1, 2))
         # [batch, T or 1, d_model]
         return self.W_O(z.reshape(B, z.shape[1], self.n_heads * self.d_head))
+
+    def mask_future(self, scores: Tensor) -> Tensor:
+        """scores [..., query_pos, key_pos] with -inf where a query would see a later
+        key (causal models; the queries are the last ``query_pos`` positions)."""
+        if not self.causal:
+            return scores
+        n_queries, T = scores.shape[-2:]
+        future = torch.ones(T, T, dtype=torch.bool, device=scores.device).triu(1)
+        return scores.masked_fill(future[-n_queries:], float("-inf"))
 
 
 class MLP(nn.Module):
@@ -348,17 +318,16 @@ class Block(nn.Module):
         self.dropout = nn.Dropout(cfg.resid_dropout)
         self.hook_resid_post = HookPoint()
 
-    def forward(
-        self, x: Tensor, tokens: Tensor | None = None, broadcast: bool = False
-    ) -> Tensor:
-        """x [batch, pos, d_model]; or a [v, d_model] token table with ``tokens`` (first
-        layer only)."""
-        pre, post = self.sites.pre, self.sites.post
+    def forward(self, x: Tensor) -> Tensor:
+        """x [batch, pos, d_model] -> [batch, pos (1 if queries="last"), d_model]."""
         x = self.hook_resid_pre(x)
-        # LN of a table row: per token too
-        h = self.hook_attn_out(self.attn(self.ln1(x) if pre else x, tokens, broadcast))
-        if tokens is not None:
-            x = F.embedding(tokens, x)  # the residual stream at every position
+        return self.after_attention(x, self.attn(self.ln1(x) if self.sites.pre else x))
+
+    def after_attention(self, x: Tensor, h: Tensor) -> Tensor:
+        """The rest of the block, from its input ``x`` and the attention output ``h``:
+        the attention's norm (attn_out), the residual add, post-norm and the MLP."""
+        pre, post = self.sites.pre, self.sites.post
+        h = self.hook_attn_out(h)
         if self.sites.attn_out:
             h = self.ln_attn_out(h)
         # queries="last": only the last position goes on
@@ -423,177 +392,52 @@ class Transformer(nn.Module):
             if module.bias is not None:
                 nn.init.zeros_(module.bias)
 
-    def forward(
-        self, tokens: Tensor, tables: bool = False, broadcast: bool = False
-    ) -> Tensor:
-        """The two flags are training's fast path: the same function, equal up to float
-        rounding. ``tables`` (needs ``positional="none"``): a position's input to the
-        first layer depends on its token alone, so its Q/K/V, V through W_O (and
-        pre-norm LN) are computed once per vocabulary row and gathered, instead of once
-        per position. The first block's hooks then see [v, d_model] tables and its
-        hook_z is not called, so :func:`run_with_cache` always runs the plain path.
-        ``broadcast``: see ``_matmul`` in this module.
-        """
-        if tokens.dim() != 2 or tokens.dtype != torch.long:
-            raise ValueError(
-                "tokens must be [batch, pos] long, got shape "
-                f"{tuple(tokens.shape)} {tokens.dtype}"
-            )
-        if not tables:
-            return self.forward_embeddings(
-                self.hook_embed(self.embed(tokens)), broadcast
-            )
-        if self.cfg.positional != "none":
-            raise ValueError(
-                "tables needs positional='none' (a position's input must "
-                f"depend on its token alone), got {self.cfg.positional!r}"
-            )
-        return self._body(self.hook_embed(self.embed.weight), tokens, broadcast)
+    def forward(self, tokens: Tensor) -> Tensor:
+        """tokens [batch, pos] long -> logits [batch, pos, n_outputs]."""
+        return self.forward_embeddings(
+            self.hook_embed(self.embed(check_tokens(tokens)))
+        )
 
-    def forward_embeddings(self, x: Tensor, broadcast: bool = False) -> Tensor:
+    def forward_embeddings(self, x: Tensor) -> Tensor:
         """Run the body on input vectors [batch, pos, d_model] (for tasks whose items
         are not tokens)."""
+        x = self.with_positions(x)
+        for block in self.blocks:
+            x = block(x)
+        return self.read_out(x)
+
+    def with_positions(self, x: Tensor) -> Tensor:
+        """x [batch, pos, d_model] plus the learned position embeddings, if any."""
         if x.dim() != 3 or x.shape[-1] != self.cfg.d_model:
             raise ValueError(
                 "embeddings must be [batch, pos, "
                 f"d_model={self.cfg.d_model}], got {tuple(x.shape)}"
             )
-        if self.cfg.positional == "learned":
-            if x.shape[1] > self.cfg.max_len:
-                raise ValueError(
-                    f"input length {x.shape[1]} exceeds max_len={self.cfg.max_len}"
-                )
-            x = x + self.hook_pos_embed(
-                self.pos_embed(torch.arange(x.shape[1], device=x.device))
+        if self.cfg.positional != "learned":
+            return x
+        if x.shape[1] > self.cfg.max_len:
+            raise ValueError(
+                f"input length {x.shape[1]} exceeds max_len={self.cfg.max_len}"
             )
-        return self._body(x, None, broadcast)
+        positions = torch.arange(x.shape[1], device=x.device)
+        return x + self.hook_pos_embed(self.pos_embed(positions))
 
-    def _body(self, x: Tensor, tokens: Tensor | None, broadcast: bool) -> Tensor:
-        """The blocks and the read-out; with ``tokens``, ``x`` is the first block's [v,
-        d_model] token table."""
-        for i, block in enumerate(self.blocks):
-            x = block(x, tokens if i == 0 else None, broadcast)
+    def read_out(self, x: Tensor) -> Tensor:
+        """The last block's output [batch, pos, d_model] -> logits [batch, pos,
+        n_outputs] (through ln_final under pre_final)."""
         if self.cfg.norm_sites.final:
             x = self.ln_final(x)
-        return self.unembed(x)  # [batch, pos, n_outputs]
+        return self.unembed(x)
 
 
-def hook_names(model: nn.Module) -> list[str]:
-    """Every recordable activation of ``model``, by its module path."""
-    return [
-        name for name, module in model.named_modules() if isinstance(module, HookPoint)
-    ]
-
-
-# (activation, hook name) -> replacement or None
-HookFn = Callable[[Tensor, str], "Tensor | None"]
-
-
-def _hook_points(model: nn.Module, names: Iterable[str]) -> dict[str, HookPoint]:
-    """The hook points called ``names``; ValueError listing the valid names if one is
-    unknown."""
-    points = {name: m for name, m in model.named_modules() if isinstance(m, HookPoint)}
-    if unknown := set(names) - set(points):
+def check_tokens(tokens: Tensor) -> Tensor:
+    """``tokens`` if it is [batch, pos] long; ValueError otherwise."""
+    if tokens.dim() != 2 or tokens.dtype != torch.long:
         raise ValueError(
-            f"unknown activation names {sorted(unknown)}; this model has {list(points)}"
+            "tokens must be [batch, pos] long, got shape "
+            f"{tuple(tokens.shape)} {tokens.dtype}"
         )
-    return points
-
-
-@contextmanager
-def hooks_installed(
-    model: nn.Module,
-    hooks: Mapping[str, HookFn] | None = None,
-    record: Iterable[str] | None = (),
-) -> Iterator[dict[str, Tensor]]:
-    """While open, ``hooks[name](activation, name)`` runs at each named hook point and
-    replaces the activation if it returns a tensor (None: keep it); the activations
-    named in ``record`` (None: all) are recorded, after any replacement, into the dict
-    it yields. Everything is removed on exit, also when the body raises."""
-    hooks = dict(hooks or {})
-    for name, fn in hooks.items():
-        if not callable(fn):
-            raise ValueError(
-                f"the hook for {name!r} must be callable (activation, name), got {fn!r}"
-            )
-    wanted = hook_names(model) if record is None else list(record)
-    points = _hook_points(model, [*hooks, *wanted])
-    cache: dict[str, Tensor] = {}
-
-    def intervene(name: str, fn: HookFn) -> Callable[..., Tensor | None]:
-        def hook(_module: nn.Module, _inputs: object, out: Tensor) -> Tensor | None:
-            new = fn(out, name)
-            if new is not None and not isinstance(new, Tensor):
-                raise ValueError(
-                    f"the hook for {name!r} returned {type(new).__name__}; "
-                    "return a Tensor or None"
-                )
-            return new
-
-        return hook
-
-    def store(name: str) -> Callable[..., None]:
-        return lambda _module, _inputs, out: cache.__setitem__(name, out.detach())
-
-    # Interventions first: a hook point's recording sees the replaced activation.
-    handles = [
-        points[name].register_forward_hook(intervene(name, fn))
-        for name, fn in hooks.items()
-    ]
-    handles += [points[name].register_forward_hook(store(name)) for name in wanted]
-    try:
-        yield cache
-    finally:
-        for handle in handles:
-            handle.remove()
-
-
-@contextmanager
-def _eval_mode(model: nn.Module) -> Iterator[None]:
-    was_training = model.training
-    model.eval()
-    try:
-        yield
-    finally:
-        model.train(was_training)
-
-
-@torch.no_grad()
-def run_with_cache(
-    model: nn.Module,
-    inputs: Tensor,
-    names: Iterable[str] | None = None,
-    hooks: Mapping[str, HookFn] | None = None,
-) -> tuple[Tensor, dict[str, Tensor]]:
-    """Run ``model`` once in eval mode; return (logits, {name: activation}) for
-    ``names`` (None: all).
-
-    ``hooks`` (optional) intervene as in :func:`run_with_hooks`; the cache holds what
-    they return. Hooks are removed on exit, also when the forward pass raises.
-    """
-    with _eval_mode(model), hooks_installed(model, hooks, record=names) as cache:
-        logits = model(inputs)
-    return logits, cache
-
-
-@torch.no_grad()
-def run_with_hooks(
-    model: nn.Module, inputs: Tensor, hooks: Mapping[str, HookFn]
-) -> Tensor:
-    """Run ``model`` once in eval mode with interventions; return its logits.
-
-    ``hooks`` maps hook names (:func:`hook_names`) to functions ``fn(activation, name)``
-    that return a replacement tensor, or None to leave the activation as it is
-    (TransformerLens's convention). An unknown name raises ValueError listing the valid
-    ones. The hooks are removed
-    afterwards, also when the forward pass raises. Example, chapter 5's frozen divisor::
-
-        run_with_hooks(
-            model, tokens, {"blocks.0.ln1.hook_scale": lambda s, _: torch.tensor(2.0)}
-        )
-    """
-    with _eval_mode(model), hooks_installed(model, hooks):
-        return model(inputs)
+    return tokens
 
 
 def init_model(
@@ -604,10 +448,11 @@ def init_model(
     """The initial weights of seed ``seed``: the one place they come from.
 
     :func:`~lengthgen_lite.core.training.train` starts seed k from ``init_model(cfg,
-    k)``, so this rebuilds any trained model's starting point. It seeds everything with
-    ``2 * seed`` (the data stream uses ``2 * seed + 1``; the two never coincide), then
-    builds ``model_class(cfg)``.
+    k)``, so this rebuilds any trained model's starting point. It builds
+    ``model_class(cfg)`` from torch's stream seeded with ``2 * seed`` (the data stream
+    uses ``2 * seed + 1``; the two never coincide), forked: the caller's random streams
+    are left where they were.
     """
     seed = require_int("seed", seed, minimum=0)
-    seed_everything(2 * seed)
-    return model_class(cfg)
+    with forked_torch_stream(2 * seed):
+        return model_class(cfg)

@@ -22,7 +22,8 @@ from typing import Literal, Protocol
 import torch
 from torch import Tensor, nn
 
-from .model import MLP, HookPoint, ModelConfig, Transformer
+from .hooks import HookPoint
+from .model import MLP, ModelConfig, Transformer
 from .tasks import Batch, PerSeedSampler
 from .validation import is_int, require_int
 

@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import os
 import random
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import numpy as np
 import torch
@@ -51,6 +53,21 @@ def seed_everything(seed: int) -> torch.Generator:
     np.random.seed(actual)
     torch.manual_seed(actual)
     return make_generator(seed)
+
+
+@contextmanager
+def forked_torch_stream(seed: int) -> Iterator[None]:
+    """Inside: torch's global generator, seeded with ``seed``; on exit it is back where
+    the caller left it, and NumPy's and Python's streams are never touched.
+
+    For code that draws only from the global generator: ``nn.Module`` constructors take
+    no generator, so a model built in here gets the weights ``seed_everything(seed)``
+    would give it without resetting a notebook's random streams.
+    """
+    actual = _offset(seed)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(actual)
+        yield
 
 
 def make_generator(seed: int) -> torch.Generator:

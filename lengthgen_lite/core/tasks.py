@@ -141,6 +141,12 @@ def pick_next_tokens(targets: Tensor, noise: Tensor) -> Tensor:
     return (targets / noise).argmax(dim=-1)
 
 
+def one_hot_targets(tokens: Tensor, n_outputs: int) -> Tensor:
+    """Sampled next tokens [...] as target distributions [..., n_outputs] float: all
+    mass on the drawn token."""
+    return torch.nn.functional.one_hot(tokens, n_outputs).float()
+
+
 class PerSeedSampler:
     """Shared base of the samplers: the random draws are made per seed (generator),
     everything else runs once for all ``K`` seeds, on a leading [K] axis.

@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 from matplotlib.figure import Figure
 
-from ..core.training import COMPILE_TOKEN_STEPS
+from ..core.fast_path import COMPILE_TOKEN_STEPS
 from .common import panels
 
 

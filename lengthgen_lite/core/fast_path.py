@@ -1,0 +1,393 @@
+"""Training's fast path: the same loop and the same function, in less time. Chapter 5
+explains the batching it builds on.
+
+:func:`~lengthgen_lite.core.training.train` runs the plain loop and the plain model
+(the *reference* path) unless :func:`plan_path` says parts of this module apply:
+
+- **chunked data** (:func:`chunked_batches`): the batches drawn ``CHUNK`` steps at a
+  time. Each seed's generator makes exactly the draws the reference path makes, in the
+  same order (a step's noise, then its target tokens); the rest is one vectorised call
+  per chunk (tasks that are a :class:`~lengthgen_lite.core.tasks.NoiseSampler` with one
+  training size), so every seed sees the same data;
+- **token tables** (:func:`fast_forward` with ``tables``): without positions a
+  position's input to the first layer depends on its token alone, so its Q/K/V, and V
+  through W_O, are computed once per vocabulary row and gathered;
+- **compiled** (:func:`compiled_step`): the whole step, AdamW and the learning rate
+  schedule included, as one ``torch.compile`` graph, where it pays back: at least
+  ``COMPILE_TOKEN_STEPS`` positions trained (``benchmarks/speed.py --fast-path``
+  measures the break-even), fixed shapes (one training size) and no dropout (compiled
+  dropout draws other masks). The attention's tiny products are then broadcast sums
+  (:func:`fast_forward` with ``broadcast``), which it fuses. Later trainings of the same
+  model and shapes reuse the graph (seven kept). The first compilation points
+  inductor's cache at ``_build/inductor`` (``TORCHINDUCTOR_CACHE_DIR``, unless the user
+  set another), so re-executions of the book compile once.
+
+Every part gives the reference path's numbers up to float rounding, and the same data
+and dropout masks (``tests/test_core_fast_path.py``).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import pathlib
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import torch
+from torch import Tensor, nn
+from torch.nn import functional as F
+
+from .model import Attention, Block, ModelConfig, Transformer, check_tokens
+from .tasks import (
+    Batch,
+    NoiseSampler,
+    Task,
+    one_hot_targets,
+    pick_next_tokens,
+    token_noise,
+)
+
+if TYPE_CHECKING:
+    from .training import Gradients, StackedParams, TrainConfig
+
+CHUNK = 50  # steps whose batches the fast path draws at once
+# auto compiles a training of at least this many token-steps (steps x K x batch x
+# sequence length): compiling costs seconds whatever the size, and saves time per
+# position trained. `benchmarks/speed.py --fast-path` measures the break-even (1.5-3.1
+# million); a chapter's second training of the same shapes reuses the compiled step.
+COMPILE_TOKEN_STEPS = 2_000_000
+INDUCTOR_CACHE = pathlib.Path(__file__).resolve().parents[2] / "_build" / "inductor"
+INDUCTOR_VARIABLE = "TORCHINDUCTOR_CACHE_DIR"
+
+
+# --- the model's fast forward ---------------------------------------------------------
+
+
+def _matmul(a: Tensor, b: Tensor, broadcast: bool) -> Tensor:
+    """``a @ b``; ``broadcast``: as a broadcast product summed over the shared axis. The
+    attention's products are one tiny matrix per (seed, sequence, head) at a handful of
+    positions, which a batched matmul runs at a few GFLOP/s; under torch.compile the
+    broadcast form is one fused kernel. Eagerly it materialises the product and is
+    slower from ~16 positions, so only the compiled training step uses it. Equal up to
+    rounding."""
+    return (a.unsqueeze(-1) * b.unsqueeze(-3)).sum(-2) if broadcast else a @ b
+
+
+def _attention(
+    attn: Attention, x: Tensor, tokens: Tensor | None, broadcast: bool
+) -> Tensor:
+    """:meth:`Attention.forward`; with ``tokens`` [batch, pos], ``x`` is a [v, d_model]
+    table of each token's input, and v rows are projected, not every position."""
+    B, T = x.shape[:2] if tokens is None else tokens.shape
+    q, k = (
+        (W(x) if tokens is None else F.embedding(tokens, W(x)))
+        .view(B, T, attn.n_heads, attn.d_head)
+        .transpose(1, 2)
+        for W in (attn.W_Q, attn.W_K)
+    )
+    if attn.last_query:
+        q = q[:, :, -1:]
+    # [batch, head, T or 1, T]
+    scores = _matmul(q, k.transpose(-1, -2), broadcast) / math.sqrt(attn.d_head)
+    scores = attn.hook_attn_scores(attn.mask_future(scores))
+    pattern = attn.dropout(attn.hook_pattern(scores.softmax(dim=-1)))
+    if tokens is None:
+        v = attn.W_V(x).view(B, T, attn.n_heads, attn.d_head).transpose(1, 2)
+        # [batch, T or 1, head, d_head]
+        z = attn.hook_z(_matmul(pattern, v, broadcast).transpose(1, 2))
+        return attn.W_O(z.reshape(B, z.shape[1], attn.n_heads * attn.d_head))
+    # Token tables: W_O is linear, so pattern @ (V W_O) is (pattern @ V) W_O; it
+    # projects v table rows instead of every position (most of a training step's
+    # matmul FLOPs otherwise). z is never formed, so hook_z is not called.
+    W_O = attn.W_O.weight.view(-1, attn.n_heads, attn.d_head)
+    ov = torch.einsum("vhe,dhe->vhd", attn.W_V(x).view(x.shape[0], *W_O.shape[1:]), W_O)
+    # [batch, head, T, d_model]
+    ov = F.embedding(tokens, ov.flatten(1)).view(B, T, attn.n_heads, -1)
+    out = _matmul(pattern, ov.transpose(1, 2), broadcast)
+    # [batch, T or 1, d_model]
+    out = out.squeeze(1) if attn.n_heads == 1 else out.sum(1)
+    # W_O's bias (attn_bias) after the product, as the plain path adds it
+    return out if attn.W_O.bias is None else out + attn.W_O.bias
+
+
+def _block(block: Block, x: Tensor, tokens: Tensor | None, broadcast: bool) -> Tensor:
+    """:meth:`Block.forward`; or a [v, d_model] token table with ``tokens``."""
+    x = block.hook_resid_pre(x)
+    # LN of a table row: per token too
+    h = _attention(
+        block.attn, block.ln1(x) if block.sites.pre else x, tokens, broadcast
+    )
+    if tokens is not None:
+        x = F.embedding(tokens, x)  # the residual stream at every position
+    return block.after_attention(x, h)
+
+
+def fast_forward(
+    model: Transformer, tokens: Tensor, tables: bool = False, broadcast: bool = False
+) -> Tensor:
+    """``model(tokens)``, equal up to float rounding. ``tables`` (needs
+    ``positional="none"``): the first layer works on v-row token tables, whose hooks
+    then see [v, d_model] tables (recordings use the plain forward). ``broadcast``: the
+    attention's products as broadcast sums (``_matmul``)."""
+    check_tokens(tokens)
+    if not tables:
+        x = model.with_positions(model.hook_embed(model.embed(tokens)))
+        for block in model.blocks:
+            x = _block(block, x, None, broadcast)
+        return model.read_out(x)
+    if model.cfg.positional != "none":
+        raise ValueError(
+            "tables needs positional='none' (a position's input must "
+            f"depend on its token alone), got {model.cfg.positional!r}"
+        )
+    x = model.hook_embed(model.embed.weight)
+    for i, block in enumerate(model.blocks):
+        x = _block(block, x, tokens if i == 0 else None, broadcast)
+    return model.read_out(x)
+
+
+class FastForward(nn.Module):
+    """``model`` whose forward is :func:`fast_forward` (for ``functional_call``: its
+    parameters are the model's, under ``model.``)."""
+
+    def __init__(self, model: Transformer, tables: bool, broadcast: bool):
+        super().__init__()
+        self.model, self.tables, self.broadcast = model, tables, broadcast
+
+    def forward(self, tokens: Tensor) -> Tensor:
+        return fast_forward(self.model, tokens, self.tables, self.broadcast)
+
+
+# --- which parts apply ----------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class PathPlan:
+    """Which parts of the fast path a training uses; every part off is the reference
+    path."""
+
+    # batches drawn CHUNK steps at a time (NoiseSampler, one training size)
+    chunked_data: bool
+    # Transformer's fast forward (broadcast attention products when compiled)
+    fast_model: bool
+    # ... with the first layer's Q/K/V from v-row tables (no positions)
+    token_tables: bool
+    compiled: bool  # the step compiled with torch.compile
+
+    @property
+    def label(self) -> str:
+        parts = [
+            name
+            for name in ("chunked_data", "fast_model", "token_tables", "compiled")
+            if getattr(self, name)
+        ]
+        return " + ".join(parts) if parts else "reference"
+
+    @property
+    def forward_kwargs(self) -> dict[str, bool]:
+        """:class:`FastForward`'s options; empty: the plain forward."""
+        if not self.fast_model:
+            return {}
+        return {"tables": self.token_tables, "broadcast": self.compiled}
+
+
+def plan_path(
+    model_cfg: ModelConfig,
+    task: Task,
+    cfg: TrainConfig,
+    n_seeds: int,
+    model_class: Callable[[ModelConfig], nn.Module] = Transformer,
+) -> PathPlan:
+    """The parts of the fast path that apply to this training (see the module
+    docstring)."""
+    if cfg.path == "reference":
+        return PathPlan(False, False, False, False)
+    chunked = isinstance(task, NoiseSampler) and len(task.train_sizes()) == 1
+    # a subclass may have its own forward (ch. 4's retrieval model)
+    fast_model = model_class is Transformer
+    tables = fast_model and model_cfg.positional == "none"
+    fixed_shapes, dropout = (
+        len(task.train_sizes()) == 1,
+        model_cfg.attn_dropout > 0 or model_cfg.resid_dropout > 0,
+    )
+    if cfg.path == "compiled" and (dropout or not fixed_shapes):
+        raise ValueError(
+            "path='compiled' needs one training size and no dropout "
+            "(compiled dropout draws other masks), "
+            f"got sizes {tuple(task.train_sizes())}, "
+            f"attn_dropout={model_cfg.attn_dropout}, "
+            f"resid_dropout={model_cfg.resid_dropout}; use path='fast' or 'auto'"
+        )
+    positions = cfg.batch * max(task.train_sizes())
+    pays = cfg.path == "compiled" or (
+        cfg.path == "auto" and cfg.steps * n_seeds * positions >= COMPILE_TOKEN_STEPS
+    )
+    return PathPlan(chunked, fast_model, tables, pays and fixed_shapes and not dropout)
+
+
+# --- chunked data ---------------------------------------------------------------------
+
+
+def chunked_batches(
+    task: NoiseSampler, cfg: TrainConfig, streams: Sequence[torch.Generator]
+) -> Iterator[Batch]:
+    """The same batches as the reference path's, ``CHUNK`` steps at a time: [K, batch,
+    ...] per step.
+
+    Only the random draws run per seed and step, in the reference order (noise, then the
+    target tokens' noise); sorting, rules, targets and token picks run once per chunk
+    for all seeds.
+    """
+    (size,) = task.train_sizes()
+    K = len(streams)
+    for start in range(0, cfg.steps, CHUNK):
+        n = min(CHUNK, cfg.steps - start)
+        noise, picks = [], []
+        for g in streams:
+            for _ in range(n):
+                noise.append(task.draw_noise(cfg.batch, size, g))
+                if cfg.targets == "sampled":
+                    picks.append(token_noise((cfg.batch, size, task.n_outputs), g))
+        data = task.from_noise(
+            torch.stack(noise).view(K, n * cfg.batch, *noise[0].shape[1:]), size
+        )
+        targets = data.targets  # [K, n * batch, pos, n_outputs]
+        if cfg.targets == "sampled":
+            targets = one_hot_targets(
+                pick_next_tokens(targets, torch.stack(picks).view(targets.shape)),
+                task.n_outputs,
+            )
+
+        # [K, n * batch, ...] -> [n, K, batch, ...]
+        def steps_first(t: Tensor) -> Tensor:
+            # called below, in this iteration: n is this chunk's
+            return t.view(K, n, cfg.batch, *t.shape[2:]).transpose(0, 1).contiguous()  # noqa: B023
+
+        yield from (
+            Batch(*step)
+            for step in zip(*map(steps_first, (data.inputs, targets, data.loss_mask)))
+        )
+
+
+# --- the compiled step ----------------------------------------------------------------
+
+
+def _adamw_rows(cfg: TrainConfig, beta1: float, beta2: float) -> Tensor:
+    """[steps, 4] float32: step t's (1 - lr_t * weight_decay, -lr_t / (1 - beta1^s),
+    sqrt(1 - beta2^s), 0) with s = t + 1, each in double as ``torch.optim.AdamW``
+    (single-tensor, float lr) and ``LambdaLR`` compute them on the reference path.
+
+    Rows of four floats are 16-byte aligned, so each step's row is passed to the
+    compiled step as a view without a copy.
+    """
+    rows = []
+    for t in range(cfg.steps):
+        lr, s = cfg.lr * cfg.lr_factor(t), t + 1
+        rows.append(
+            (1 - lr * cfg.weight_decay, -lr / (1 - beta1**s), (1 - beta2**s) ** 0.5, 0)
+        )
+    return torch.tensor(rows, dtype=torch.float64).float()
+
+
+def compile_graph(fn: Callable[..., Tensor]) -> Callable[..., Tensor]:
+    """``torch.compile(fn)`` as the training step uses it, its cache in
+    ``INDUCTOR_CACHE`` unless ``TORCHINDUCTOR_CACHE_DIR`` names another folder.
+
+    Set here, not at import: importing lengthgen_lite leaves the environment alone.
+    Importing ``torch._dynamo`` fills the variable in with torch's default folder, so
+    that value counts as unset.
+    """
+    from torch._inductor.runtime.cache_dir_utils import default_cache_dir
+
+    if os.environ.get(INDUCTOR_VARIABLE) in (None, default_cache_dir()):
+        os.environ[INDUCTOR_VARIABLE] = str(INDUCTOR_CACHE)
+    # realize_reads_threshold=1: with the whole step in one graph, inductor's
+    # default (4) inlined the attention backward into the token tables' scatter
+    # and recomputed it per table row (ch. 7's models ran 3x slower than with the
+    # optimizer apart, benchmarks/fast_path.py); 1 computes each buffer once.
+    return torch.compile(
+        fn, dynamic=False, fullgraph=True, options={"realize_reads_threshold": 1}
+    )
+
+
+# the compiled steps of the last compiled trainings, by what their graph depends on:
+# a chapter's next configuration with the same model (e.g. the other target kind)
+# reuses its graph instead of tracing it again (seconds each, even from a warm cache)
+_COMPILED: dict[tuple, Callable[..., Tensor]] = {}
+
+
+def compiled_step(
+    template: nn.Module,
+    model_cfg: ModelConfig,
+    size: int,
+    forward_kwargs: Mapping[str, bool],
+    params: StackedParams,
+    buffers: StackedParams,
+    optimizer: torch.optim.AdamW,
+    cfg: TrainConfig,
+    traced_gradients: Callable[[], Gradients],
+) -> Callable[[Batch, int], Tensor]:
+    """The whole training step as one compiled graph: forward, backward and AdamW.
+
+    ``torch.optim.AdamW.step`` under ``LambdaLR`` breaks the graph (dynamo skips it),
+    and the optimizer then ran as several small graphs and eager code per step, about
+    half a step's time. Here AdamW is the reference's single-tensor update written out,
+    its hyperparameters read from ``optimizer`` (which is not stepped), and the learning
+    rate schedule and bias corrections are a precomputed per-step row
+    (``_adamw_rows``), so no Python number changes between steps. Every tensor is an
+    argument, so the next training with the same model, seeds count and optimizer
+    (any lr, schedule, weight decay > 0 or steps) reuses the compiled graph instead of
+    tracing it again, also after other trainings in between. ``traced_gradients``
+    makes the step's gradient function (``torch.func``, which dynamo traces) when a
+    graph is new. Updates params in place; returns the [K] losses.
+    """
+    groups = optimizer.param_groups
+    (beta1, beta2), eps = groups[0]["betas"], groups[0]["eps"]
+    if any(
+        (g["betas"], g["eps"], g["lr"], g["amsgrad"], g["maximize"])
+        != ((beta1, beta2), eps, cfg.lr, False, False)
+        for g in groups
+    ) or {g["weight_decay"] for g in groups} - {0.0, cfg.weight_decay}:
+        raise ValueError(f"the compiled step has no AdamW for groups {groups!r}")
+    decayed = {id(p) for g in groups if g["weight_decay"] > 0 for p in g["params"]}
+    decays = tuple(id(p) in decayed for p in params.values())
+    K = next(iter(params.values())).shape[0]
+    key = (model_cfg, type(template), tuple(forward_kwargs.items()), K, decays)
+    key += (cfg.batch, size, beta1, beta2, eps)
+    if key not in _COMPILED:
+        gradients = traced_gradients()
+
+        def step(
+            params: StackedParams,
+            buffers: StackedParams,
+            exp_avg: StackedParams,
+            exp_avg_sq: StackedParams,
+            data: Batch,
+            row: Tensor,
+        ) -> Tensor:
+            grads, (_, loss) = gradients(params, buffers, data)
+            decay, step_size, bias_correction2_sqrt = row[0], row[1], row[2]
+            for (name, p), decays_p in zip(params.items(), decays):
+                g, m, v = grads[name], exp_avg[name], exp_avg_sq[name]
+                if decays_p:
+                    p.mul_(decay)
+                m.lerp_(g, 1 - beta1)
+                v.mul_(beta2).addcmul_(g, g, value=1 - beta2)
+                # the reference's addcdiv_: p + value * m / denom
+                p.add_(step_size * m / ((v.sqrt() / bias_correction2_sqrt) + eps))
+            return loss
+
+        # Every key's graph is one compilation of `step`; dynamo allows
+        # recompile_limit (8) per function and would silently run further ones
+        # eagerly, so the cache is emptied before it is full.
+        if len(_COMPILED) >= torch._dynamo.config.recompile_limit - 1:
+            _COMPILED.clear()
+            torch._dynamo.reset()
+        _COMPILED[key] = compile_graph(step)
+    compiled = _COMPILED[key]
+    exp_avg = {name: torch.zeros_like(p) for name, p in params.items()}
+    exp_avg_sq = {name: torch.zeros_like(p) for name, p in params.items()}
+    rows = _adamw_rows(cfg, beta1, beta2).unbind(0)
+    return lambda data, t: compiled(params, buffers, exp_avg, exp_avg_sq, data, rows[t])
