@@ -28,13 +28,8 @@ from torch import Tensor, nn
 
 from ..core import metrics
 from ..core.evaluation import length_metrics
-from ..core.model import (
-    PLACEMENTS,
-    ModelConfig,
-    hooks_installed,
-    run_with_cache,
-    run_with_hooks,
-)
+from ..core.hooks import hooks_installed, run_with_cache, run_with_hooks
+from ..core.model import PLACEMENTS, ModelConfig
 from ..core.seeding import make_generator
 from ..core.tasks import SetComplement, sample_sequences, seen_mask, target_distribution
 from ..core.training import TrainConfig

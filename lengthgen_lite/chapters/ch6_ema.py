@@ -32,7 +32,8 @@ import torch
 from torch import Tensor, nn
 
 from ..core.evaluation import length_metrics
-from ..core.model import PLACEMENTS, NormPlacement, run_with_cache
+from ..core.hooks import run_with_cache
+from ..core.model import PLACEMENTS, NormPlacement
 from ..core.seeding import make_generator, numpy_generator
 from ..core.tasks import (
     Batch,

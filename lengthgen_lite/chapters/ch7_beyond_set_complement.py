@@ -28,9 +28,9 @@ from torch import nn
 
 from ..core.evaluation import PATTERN, length_metrics
 from ..core.games import TicTacToe
+from ..core.hooks import run_with_cache
 from ..core.languages import LANGUAGES, Language, make_language
 from ..core.model import PLACEMENTS as ALL_PLACEMENTS
-from ..core.model import run_with_cache
 from ..core.seeding import make_generator
 from ..core.tasks import Batch
 from ..runs import Results, Spec

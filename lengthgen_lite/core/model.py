@@ -55,15 +55,7 @@ import torch
 from torch import Tensor, nn
 from torch.nn import functional as F
 
-# TEMPORARY (issue 34): chapters ch5/ch6/ch7 still import hooks_installed,
-# run_with_cache and run_with_hooks from here; they move to core.hooks when those
-# modules are free, and only HookPoint stays.
-from .hooks import (
-    HookPoint,
-    hooks_installed,  # noqa: F401
-    run_with_cache,  # noqa: F401
-    run_with_hooks,  # noqa: F401
-)
+from .hooks import HookPoint
 from .seeding import forked_torch_stream
 from .validation import require_int, require_number
 
