@@ -229,6 +229,10 @@ class SetComplement(NoiseSampler):
         _check_vocab_and_length(self.v, self.train_length)
 
     @property
+    def vocab_size(self) -> int:
+        return self.v
+
+    @property
     def n_outputs(self) -> int:
         return self.v
 
