@@ -73,7 +73,8 @@ import torch
 from torch import Tensor
 from torch.func import stack_module_state
 
-from lengthgen_lite.chapters.ch7_beyond_set_complement import SPECS, evaluate_lengths
+from lengthgen_lite.chapters.ch7_beyond_set_complement import SPECS
+from lengthgen_lite.core.evaluation import evaluate_lengths
 from lengthgen_lite.core.fast_path import chunked_batches
 from lengthgen_lite.core.languages import AnBn
 from lengthgen_lite.core.model import init_model

@@ -17,36 +17,53 @@ a damaged stored file is set aside and its configuration trained again (one line
 so). ``run`` ends with a summary: where the results went, the seeds and steps, the wall
 time and the key metric per configuration (``Results.key_metric``).
 
-Layering: the command line imports :mod:`lengthgen_lite.runs` and nothing above it. The
-chapters' experiments are found at run time, as data: every ``chapters/chN_*.py`` whose
-source assigns a top-level ``SPECS`` is imported by name (:func:`discover`), and its
-``SPECS`` read. So the static import graph stays ``cli -> runs -> core`` (checked by
-``tests/test_package_rules.py``), a new chapter needs no registry edit, and modules
-without specs (chapter 4's pretrained models, which import transformers) are never
-loaded. A chapter with no experiment of its own says why in a top-level ``NO_SPECS``
-line, read from its source (:func:`without_specs`), and ``list`` shows it. Any bad name
-or value ends the command before training with argparse's usage error (exit code 2)
-naming the flag as typed and saying what is allowed.
+Layering: the command line sits on the chapters (``cli -> chapters -> runs -> core``,
+checked by ``tests/test_package_rules.py``) and imports each chapter's front module
+plainly (:data:`CHAPTERS`): its ``SPECS`` are the experiments (:func:`discover`), or its
+``NO_SPECS`` line says why it has none (:func:`without_specs`), which ``list`` shows.
+Chapter modules without either (chapter 4's pretrained models, which import
+transformers) are not loaded. A new chapter is one more line in :data:`CHAPTERS` (a
+test checks that every chapter is there). Any bad name or value ends the command before
+training with argparse's usage error (exit code 2) naming the flag as typed and saying
+what is allowed.
 """
 
 from __future__ import annotations
 
 import argparse
-import ast
-import importlib
 import json
 import pathlib
 import sys
 import time
 from collections.abc import Sequence
+from types import ModuleType
 
+from . import __version__
+from .chapters import (
+    ch1_set_complement,
+    ch2_attention_dispersion,
+    ch3_construction,
+    ch4_vanishing_variance,
+    ch5_post_norm,
+    ch6_ema,
+    ch7_beyond_set_complement,
+)
 from .runs import Results, Spec, run
 from .runs.results import KEY_METRICS
 from .runs.runner import BACKENDS, check_run_options
 from .runs.spec import SCALES
 from .runs.store import STORE, Store, sweep
 
-CHAPTERS = pathlib.Path(__file__).resolve().parent / "chapters"
+# each chapter's front module, in order: its SPECS, or a NO_SPECS line saying why none
+CHAPTERS: tuple[ModuleType, ...] = (
+    ch1_set_complement,
+    ch2_attention_dispersion,
+    ch3_construction,
+    ch4_vanishing_variance,
+    ch5_post_norm,
+    ch6_ema,
+    ch7_beyond_set_complement,
+)
 # run's options as the user types them, for the runner's checks to name
 FLAGS = {
     "backend": "--backend",
@@ -56,44 +73,27 @@ FLAGS = {
 }
 
 
-def _chapter_files() -> list[pathlib.Path]:
-    return sorted(
-        CHAPTERS.glob("ch[0-9]*_*.py"), key=lambda p: int(p.stem[2:].split("_")[0])
-    )
-
-
-def _assigned(path: pathlib.Path) -> dict[str, ast.expr]:
-    """The names a module's source assigns at its top level, with their values."""
-    names: dict[str, ast.expr] = {}
-    for node in ast.parse(path.read_text()).body:
-        if isinstance(node, ast.Assign):
-            targets, value = node.targets, node.value
-        elif isinstance(node, ast.AnnAssign) and node.value is not None:
-            targets, value = [node.target], node.value
-        else:
-            continue
-        names |= {t.id: value for t in targets if isinstance(t, ast.Name)}
-    return names
+def chapter_name(module: ModuleType) -> str:
+    """``"ch5"`` for ``lengthgen_lite.chapters.ch5_post_norm``."""
+    return module.__name__.rsplit(".", 1)[-1].split("_")[0]
 
 
 def discover() -> dict[str, Spec]:
-    """Every chapter's specs by name, in chapter order (see the module docstring)."""
-    specs: dict[str, Spec] = {}
-    for path in _chapter_files():
-        if "SPECS" in _assigned(path):
-            module = importlib.import_module(f"{__package__}.chapters.{path.stem}")
-            specs |= module.SPECS
-    return specs
+    """Every chapter's specs by name, in chapter order."""
+    return {
+        name: spec
+        for module in CHAPTERS
+        for name, spec in getattr(module, "SPECS", {}).items()
+    }
 
 
 def without_specs() -> dict[str, str]:
     """Why a chapter has no experiment of its own, by chapter (``"ch2"``): its
-    ``NO_SPECS`` line, read from the source, so ``list`` never leaves a chapter out
-    without a word."""
+    ``NO_SPECS`` line, so ``list`` never leaves a chapter out without a word."""
     return {
-        path.stem.split("_")[0]: ast.literal_eval(names["NO_SPECS"])
-        for path in _chapter_files()
-        if "NO_SPECS" in (names := _assigned(path))
+        chapter_name(module): module.NO_SPECS
+        for module in CHAPTERS
+        if hasattr(module, "NO_SPECS")
     }
 
 
@@ -178,10 +178,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="lengthgen-lite", description="Rerun the book's experiments by name."
     )
-    # the package's own version (imported by name: the layering keeps cli on runs)
-    version = importlib.import_module(__package__).__version__
     parser.add_argument(
-        "--version", action="version", version=f"lengthgen-lite {version}"
+        "--version", action="version", version=f"lengthgen-lite {__version__}"
     )
     commands = parser.add_subparsers(dest="command", required=True)
     commands.add_parser("list", help="every chapter's experiments, with their sizes")
@@ -351,7 +349,6 @@ def _summary(results: Results, where: str, wall: float) -> str:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    # (also registers the chapters' evaluations, which a --spec file's tasks may need)
     specs = discover()
     if args.command == "list":
         print(_list(specs, without_specs()))

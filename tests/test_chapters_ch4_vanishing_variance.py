@@ -8,12 +8,9 @@ from lengthgen_lite.chapters.ch4_vanishing_variance import (
     argmax_near_misses,
     attention_output_samples,
     evaluate_rescaled,
-    evaluate_retrieval,
     loglog_slope,
     random_head,
     random_head_outputs,
-    scaled_attention_output,
-    shift_statistics,
     standardize,
 )
 from lengthgen_lite.core.hooks import run_with_hooks
@@ -22,7 +19,11 @@ from lengthgen_lite.core.retrieval import (
     ArgmaxRetrieval,
     DictionaryLookup,
     RetrievalTransformer,
+    evaluate_retrieval,
+    evaluate_sizes,
     retrieval_config,
+    scaled_attention_output,
+    shift_statistics,
 )
 from lengthgen_lite.core.seeding import make_generator, seed_everything
 from lengthgen_lite.core.training import TrainConfig, train
@@ -254,8 +255,8 @@ def test_chunked_evaluation_gives_the_numbers_of_one_forward():
 @pytest.mark.parametrize(
     "kwargs, message",
     [
-        (dict(sizes=[]), "non-empty list"),
-        (dict(sizes=[0]), "positive ints"),
+        (dict(sizes=[]), "sizes must be a non-empty sequence of integers >= 1"),
+        (dict(sizes=[0]), "sizes must be a non-empty sequence of integers >= 1"),
         (dict(sizes=[4, 8], scale=[1.0]), "one entry per size"),
         (dict(sizes=[4], chunk=0), "chunk must be"),
     ],
@@ -324,7 +325,7 @@ def test_reading_results_rejects_unknown_names():
 def test_evaluate_sizes_stacks_the_tables_and_marks_missing_statistics():
     seed_everything(0)
     models = [RetrievalTransformer(small(ARGMAX, "baseline")).eval() for _ in range(2)]
-    curves = ch4.evaluate_sizes(models, ARGMAX, [4, 8], n_samples=10, seed=0)
+    curves = evaluate_sizes(models, ARGMAX, [4, 8], n_samples=10, seed=0)
     np.testing.assert_array_equal(curves["s"], [4, 8])
     assert curves["accuracy"].shape == curves["feature_var_2"].shape == (2, 2)
     assert np.isnan(curves["normed_feature_var_0"]).all()

@@ -8,13 +8,16 @@ from lengthgen_lite.core.evaluation import (
     aggregate_seeds,
     entropy_ratio,
     evaluate_at_scales,
+    evaluate_lengths,
     evaluate_seeds,
     evaluate_set_complement,
     length_metrics,
     prefix_profile,
     stack_metric,
 )
+from lengthgen_lite.core.languages import make_language
 from lengthgen_lite.core.model import ModelConfig, Transformer
+from lengthgen_lite.core.seeding import make_generator, seed_everything
 
 
 def uniform_attention_model(v=8):
@@ -310,3 +313,25 @@ def test_length_metrics_rejects_bad_shapes_and_masks():
         length_metrics(logits, targets, logit_scales=(1.0, -2.0))
     with pytest.raises(ValueError, match="at least one scale"):
         length_metrics(logits, targets, logit_scales=())
+
+
+def test_evaluate_lengths_of_a_perfect_predictor_is_zero():
+    """Logits that are 0 on legal and -inf-like on illegal outputs give TV 0 and invalid
+    mass 0 (a language of chapter 7, tested beyond its training length)."""
+    task = make_language("norepeat", train_length=16)
+    batch = task.sample_train_batch(20, 48, make_generator(0))
+
+    # a Transformer whose output is replaced by the exact target
+    class Oracle(Transformer):
+        def forward(self, tokens):
+            super().forward(tokens)  # records the attention pattern
+            return torch.where(batch.targets > 0, 0.0, -1e4)
+
+    seed_everything(0)
+    oracle = Oracle(ModelConfig(vocab_size=task.vocab_size, d_model=8))
+    curves = evaluate_lengths([oracle, oracle], batch)
+    assert curves.tv.shape == (2, 48) and curves.share_single.shape == (48,)
+    assert np.nanmax(curves.tv) < 1e-6 and np.nanmax(curves.invalid_mass) < 1e-6
+    assert np.nanmin(curves.logit_gap) > 1e3
+    with pytest.raises(ValueError, match="models must hold"):
+        evaluate_lengths([], batch)

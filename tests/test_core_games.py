@@ -120,7 +120,7 @@ def test_bad_sampling_and_positions_raise():
     game = TicTacToe(n=3, k=3)
     with pytest.raises(ValueError, match="size must be an integer between 1 and 9"):
         game.sample_train_batch(4, 10, make_generator(0))
-    with pytest.raises(ValueError, match="batch must be a positive int"):
+    with pytest.raises(ValueError, match="batch must be an integer >= 1"):
         game.sample_train_batch(0, 3, make_generator(0))
     with pytest.raises(ValueError, match="generators must hold"):
         game.sample_train_batches(4, 3, [])

@@ -106,7 +106,7 @@ def test_batched_sampling_equals_one_generator_at_a_time():
         ),
         (
             lambda: Dyck1().sample_train_batch(0, 4, make_generator(0)),
-            "batch must be a positive int",
+            "batch must be an integer >= 1",
         ),
         (lambda: Dyck1().sample_train_batches(4, 4, []), "generators must hold"),
         (lambda: Dyck1().legal_next(")"), "is not a prefix"),

@@ -88,7 +88,9 @@ def test_impossible_configurations_raise(kwargs, message):
 
 
 def test_set_complement_rejects_train_length_beyond_vocab():
-    with pytest.raises(ValueError, match="1..v-1"):
+    with pytest.raises(
+        ValueError, match="train_length must be an integer between 1 and 3"
+    ):
         SetComplement(v=4, train_length=4)
 
 

@@ -242,9 +242,9 @@ def test_fallback_stacking_matches_vectorised_path():
     "batch, size, generators, message",
     [
         (16, 3, [], "at least one torch.Generator"),
-        (0, 3, None, "batch must be a positive int"),
-        (16, 0, None, "length must be an int in 1..v-1"),
-        (16, 8, None, "length must be an int in 1..v-1"),
+        (0, 3, None, "batch must be an integer >= 1"),
+        (16, 0, None, "size must be an integer between 1 and 7"),
+        (16, 8, None, "size must be an integer between 1 and 7"),
     ],
 )
 def test_vectorised_sampler_rejects_bad_input(batch, size, generators, message):

@@ -71,8 +71,9 @@ def test_chapter_seven_reference_is_the_claims_tasks_64_wide():
     }
     assert {c.norm for c in configs} == {"none", "post", "attn_out"}
     assert {c.init for c in configs} == {"book", "torch"}
-    assert {(c.d_model, c.steps, c.schedule) for c in configs} == {
-        (64, 6000, "constant")
+    assert {(c.task, c.d_model, c.steps, c.lr, c.schedule) for c in configs} == {
+        ("tictactoe", 64, 6000, 3e-3, "constant"),
+        ("anbn", 64, 6000, 1e-3, "cosine"),  # ch7.STABLE_ANBN: no seed collapses
     }
     assert set(spec.averagers) == {"ema"}
     # the live languages stay 32 wide
@@ -189,4 +190,8 @@ def test_chapter_seven_claims():
     languages = reference.languages(sweep)
     assert languages.claim.key == "ch7-score-languages"
     assert languages.word == "no effect"  # identical sides: zero everywhere
-    assert all(e.cell["targets"] == "soft" for e in languages.effects)
+    # one cell per init: a^n b^n's target kind and learning rate are one value each
+    assert {tuple(e.cell.items()) for e in languages.effects} == {
+        (("init", "book"),),
+        (("init", "torch"),),
+    }

@@ -10,15 +10,10 @@ from lengthgen_lite.chapters import ch4_vanishing_variance as ch4
 from lengthgen_lite.chapters import ch7_beyond_set_complement as ch7
 from lengthgen_lite.core.evaluation import evaluate_seeds
 from lengthgen_lite.core.retrieval import RetrievalTransformer
+from lengthgen_lite.core.task_registry import task_entry
 from lengthgen_lite.core.training import train
-from lengthgen_lite.runs import run, runner
-from lengthgen_lite.runs.runner import (
-    RAY_ENV,
-    model_class,
-    register_evaluation,
-    run_configuration,
-    task_kind,
-)
+from lengthgen_lite.runs import run
+from lengthgen_lite.runs.runner import RAY_ENV, run_configuration
 from tiny_experiment import tiny_spec
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
@@ -65,7 +60,7 @@ def test_the_runner_is_the_one_training_loop(tiny_local):
     assert json.dumps(direct_rows) == json.dumps(tiny_local.select(norm="attn_out"))
 
 
-def test_a_sequence_task_is_scored_by_the_registered_evaluation():
+def test_a_sequence_task_is_scored_by_its_registered_evaluation():
     spec = ch7.SPECS["ch7/placements"].with_overrides(
         configs=[{"task": "anbn", "norm": "post", "d_model": 16, "steps": 3}],
         seeds=[0, 1],
@@ -79,7 +74,7 @@ def test_a_sequence_task_is_scored_by_the_registered_evaluation():
         run(spec.with_overrides(scales=(1.0, 2.0)), progress=False)
 
 
-def test_a_retrieval_task_trains_its_model_and_is_scored_per_set_size(monkeypatch):
+def test_a_retrieval_task_trains_its_model_and_is_scored_per_set_size():
     spec = ch4.SPECS["ch4/retrieval"]
     small = {"d_model": 16, "n_heads": 2, "d_mlp": 32, "batch": 8, "test_length": 16}
     spec = spec.with_overrides(
@@ -90,9 +85,7 @@ def test_a_retrieval_task_trains_its_model_and_is_scored_per_set_size(monkeypatc
         n_test=10,
     )
     config = spec.configurations()[0]
-    assert task_kind(config) == "retrieval" and model_class(config) is (
-        RetrievalTransformer
-    )
+    assert task_entry(config.task).model is RetrievalTransformer
     results = run(spec, progress=False)
     assert isinstance(results.result().models[0], RetrievalTransformer)
     np.testing.assert_array_equal(results.lengths(), [8, 16])
@@ -100,11 +93,23 @@ def test_a_retrieval_task_trains_its_model_and_is_scored_per_set_size(monkeypatc
     assert {"normed_global_var", "feature_var_2"} <= set(results.metrics)
     with pytest.raises(ValueError, match="logit scale 1.0 only"):
         run(spec.with_overrides(scales=(1.0, 2.0)), progress=False)
-    with pytest.raises(ValueError, match="unknown kind 'set'"):
-        register_evaluation("set", ch4.evaluate_sizes)
-    monkeypatch.delitem(runner.EVALUATIONS, "retrieval")
-    with pytest.raises(ValueError, match="no evaluation registered for task"):
-        run(spec, progress=False)
+
+
+def test_every_task_runs_without_its_chapter_imported():
+    """The registry is the core's: a fresh interpreter runs chapter 7's and chapter
+    4's tasks from plain specs, with no chapter module ever loaded."""
+    code = """
+import sys
+from lengthgen_lite.runs import Spec, run
+small = {"d_model": 8, "steps": 2, "batch": 4}
+configs = [{"task": "anbn"}, {"task": "tictactoe"}, {"task": "argmax_retrieval",
+    "train_length": 4, "test_length": 8, "n_heads": 2}]
+results = run(Spec("fresh", configs=configs, base=small, seeds=[0], n_test=4),
+    progress=False)
+assert len(results.rows) == 3, results.rows
+assert not [m for m in sys.modules if m.startswith("lengthgen_lite.chapters")]
+"""
+    subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT)
 
 
 @pytest.mark.parametrize(

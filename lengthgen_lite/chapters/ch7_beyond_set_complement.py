@@ -4,8 +4,9 @@ suite. Chapter 7.
 The chapter's experiment is declared as data (``SPECS["ch7/placements"]``: task x target
 kind x norm placement); :func:`~lengthgen_lite.runs.runner.run` trains each
 configuration's seeds in one batched call with an EMA riding along and scores the raw
-and the averaged weights at every length on one fixed test batch per task
-(:func:`evaluate_lengths`, registered as the "sequence" evaluation); :func:`scorecard`
+and the averaged weights at every length on one fixed test batch per task (the tasks'
+evaluation in the core's task registry,
+:func:`~lengthgen_lite.core.evaluation.evaluate_lengths`); :func:`scorecard`
 turns the ``Results`` into the chapter's scorecard rows. Length is the number of tokens
 seen: moves played in the game, symbols read in a language. Every task trains on lengths
 ``1..train_length`` and is tested up to ``test_length`` (two to three times longer).
@@ -26,22 +27,20 @@ import numpy as np
 import torch
 from torch import nn
 
-from ..core.evaluation import PATTERN, length_metrics
 from ..core.games import TicTacToe
 from ..core.hooks import run_with_cache
 from ..core.languages import LANGUAGES, Language, make_language
-from ..core.model import PLACEMENTS as ALL_PLACEMENTS
+from ..core.model import PLACEMENTS
 from ..core.seeding import make_generator
 from ..core.tasks import Batch
 from ..runs import Results, Spec
 from ..runs.claims import TV_SESOI, Claim, Decision, Effect
 from ..runs.compare import collapsed
-from ..runs.runner import register_evaluation
 
 TaskName = Literal["tictactoe", "dyck1", "anbn", "unlock", "norepeat"]
 TASKS: tuple[str, ...] = get_args(TaskName)
-# ch. 5's, no pre_final
-PLACEMENTS: tuple[str, ...] = tuple(p for p in ALL_PLACEMENTS if p != "pre_final")
+# the placements the chapter trains: chapter 5's, without pre_final
+GAME_PLACEMENTS: tuple[str, ...] = tuple(p for p in PLACEMENTS if p != "pre_final")
 VARIANTS = ("raw", "ema")
 SEEDS = (0, 1, 2)
 EMA_BETA = 0.99
@@ -71,38 +70,6 @@ def task_setup(name: str) -> TaskSetup:
     raise ValueError(f"task name={name!r} is unknown; allowed: {TASKS}")
 
 
-@dataclass(frozen=True)
-class LengthCurves:
-    """Per-length metrics of several models (one row per seed): every field but ``s`` is
-    [K, len(s)].
-
-    Means over the test positions that exist at each length (a game can end early).
-    ``nan`` where a metric has no position (e.g. no set-valued target at that length).
-    """
-
-    s: np.ndarray  # lengths 1..test_length
-    tv: np.ndarray  # TV to the uniform target over the legal set
-    invalid_mass: np.ndarray  # probability on illegal outputs
-    logit_gap: np.ndarray  # smallest legal minus largest illegal logit
-    # attention entropy / log s, layer 0, mean over heads (1 = uniform)
-    entropy_ratio: np.ndarray
-    tv_set: np.ndarray  # TV at positions with two or more legal outputs
-    # TV at positions with exactly one legal output (e.g. END after a game)
-    tv_single: np.ndarray
-    # [len(s)] fraction of positions whose target is a single output
-    share_single: np.ndarray
-
-
-CURVE_FIELDS = (
-    "tv",
-    "invalid_mass",
-    "logit_gap",
-    "entropy_ratio",
-    "tv_set",
-    "tv_single",
-)
-
-
 def make_test_batch(setup: TaskSetup, n_sequences: int = 1000, seed: int = 0) -> Batch:
     """The fixed test sequences of a task: ``n_sequences`` of ``test_length`` tokens
     (shared by all models)."""
@@ -110,25 +77,6 @@ def make_test_batch(setup: TaskSetup, n_sequences: int = 1000, seed: int = 0) ->
         n_sequences, setup.test_length, make_generator(seed)
     )
 
-
-@torch.no_grad()
-def evaluate_lengths(models: Sequence[nn.Module], batch: Batch) -> LengthCurves:
-    """Score every model at every length of ``batch`` (one forward pass per model)."""
-    if not models:
-        raise ValueError(
-            "models must hold at least one model (e.g. TrainResult.models)"
-        )
-    tables = []
-    for model in models:
-        logits, cache = run_with_cache(model, batch.inputs, names=[PATTERN])
-        tables += length_metrics(
-            logits, batch.targets, positions=batch.loss_mask, pattern=cache[PATTERN]
-        )
-    curves = {f: np.stack([getattr(t, f) for t in tables]) for f in CURVE_FIELDS}
-    return LengthCurves(s=tables[0].s, **curves, share_single=tables[0].share_single)
-
-
-# --- the chapter's experiment, declared as data ---------------------------------------
 
 # which target kinds each task trains with (the game and a^n b^n both; the easy
 # languages soft only)
@@ -205,7 +153,7 @@ SPECS: dict[str, Spec] = {
             _config(task, targets, norm)
             for task, kinds in TARGETS.items()
             for targets in kinds
-            for norm in PLACEMENTS
+            for norm in GAME_PLACEMENTS
         ],
         base={"batch": 64, "warmup": 50},  # the warm-up is capped at half the steps
         seeds=SEEDS,
@@ -214,11 +162,6 @@ SPECS: dict[str, Spec] = {
         reference={"configs": reference_configs(), "base": {"schedule": "constant"}},
     )
 }
-# the game and the languages, scored per length
-register_evaluation("sequence", evaluate_lengths)
-
-
-# --- reading the results --------------------------------------------------------------
 
 
 def per_seed(
@@ -241,7 +184,7 @@ def curves(
     targets: str,
     field: str,
     variant: str = "raw",
-    norms: Sequence[str] = PLACEMENTS,
+    norms: Sequence[str] = GAME_PLACEMENTS,
 ) -> dict[str, np.ndarray]:
     """Per-length ``field`` of every placement: norm -> [K, len(s)]."""
     where = {"task": task, "targets": targets, "variant": variant}
@@ -256,7 +199,7 @@ def ema_gains(results: Results) -> dict[tuple[str, str, str], np.ndarray]:
         - per_seed(results, "tv_beyond", task, targets, norm, "ema")
         for task in ("tictactoe", "anbn")
         for targets in TARGETS[task]
-        for norm in PLACEMENTS
+        for norm in GAME_PLACEMENTS
     }
 
 
@@ -329,7 +272,7 @@ def ema_effects(
             ),
             norm=norm,
         )
-        for norm in PLACEMENTS
+        for norm in GAME_PLACEMENTS
     ]
 
 

@@ -1,7 +1,8 @@
 """The shared library: seeding, tasks, models, the one training loop, averagers, metrics
 and evaluation. Every chapter builds on it; it knows nothing of chapters or of drawing.
 
-The names imported below are the core's public API (``from lengthgen_lite.core import
+Importing it registers every task of the book (:mod:`.task_registry`). The names
+imported below are the core's public API (``from lengthgen_lite.core import
 train``).
 """
 
@@ -30,6 +31,7 @@ from .retrieval import (
     retrieval_config,
 )
 from .seeding import make_generator, seed_everything
+from .task_registry import TASKS, TaskEntry, register_task, task_entry
 from .tasks import (
     Batch,
     SetComplement,
@@ -68,6 +70,10 @@ __all__ = [
     "retrieval_config",
     "make_generator",
     "seed_everything",
+    "TASKS",
+    "TaskEntry",
+    "register_task",
+    "task_entry",
     "Batch",
     "SetComplement",
     "Task",

@@ -22,7 +22,7 @@ from torch import Tensor, nn
 from . import metrics
 from .hooks import run_with_cache
 from .seeding import make_generator
-from .tasks import sample_sequences, seen_mask, target_distribution
+from .tasks import Batch, sample_sequences, seen_mask, target_distribution
 from .validation import require_number
 
 
@@ -224,6 +224,56 @@ def evaluate_seeds(
             "models must hold at least one model (e.g. TrainResult.models)"
         )
     return [evaluate_set_complement(model, v, **kwargs) for model in models]
+
+
+@dataclass(frozen=True)
+class LengthCurves:
+    """Per-length metrics of several models (one row per seed): every field but ``s`` is
+    [K, len(s)]. Chapter 7 introduces it on the game and the languages.
+
+    Means over the test positions that exist at each length (a game can end early).
+    ``nan`` where a metric has no position (e.g. no set-valued target at that length).
+    """
+
+    s: np.ndarray  # lengths 1..test_length
+    tv: np.ndarray  # TV to the uniform target over the legal set
+    invalid_mass: np.ndarray  # probability on illegal outputs
+    logit_gap: np.ndarray  # smallest legal minus largest illegal logit
+    # attention entropy / log s, layer 0, mean over heads (1 = uniform)
+    entropy_ratio: np.ndarray
+    tv_set: np.ndarray  # TV at positions with two or more legal outputs
+    # TV at positions with exactly one legal output (e.g. END after a game)
+    tv_single: np.ndarray
+    # [len(s)] fraction of positions whose target is a single output
+    share_single: np.ndarray
+
+
+CURVE_FIELDS = (
+    "tv",
+    "invalid_mass",
+    "logit_gap",
+    "entropy_ratio",
+    "tv_set",
+    "tv_single",
+)
+
+
+@torch.no_grad()
+def evaluate_lengths(models: Sequence[nn.Module], batch: Batch) -> LengthCurves:
+    """Score every model at every length of ``batch`` (one forward pass per model): any
+    task whose targets are distributions over its outputs (the game, the languages)."""
+    if not models:
+        raise ValueError(
+            "models must hold at least one model (e.g. TrainResult.models)"
+        )
+    tables = []
+    for model in models:
+        logits, cache = run_with_cache(model, batch.inputs, names=[PATTERN])
+        tables += length_metrics(
+            logits, batch.targets, positions=batch.loss_mask, pattern=cache[PATTERN]
+        )
+    curves = {f: np.stack([getattr(t, f) for t in tables]) for f in CURVE_FIELDS}
+    return LengthCurves(s=tables[0].s, **curves, share_single=tables[0].share_single)
 
 
 def stack_metric(tables: Sequence[LengthTable], metric: str) -> np.ndarray:

@@ -58,7 +58,6 @@ class Language(NoiseSampler):
     def __post_init__(self) -> None:
         require_int("train_length", self.train_length, self.min_size)
 
-    # --- the Task protocol ------------------------------------------------------------
     @property
     def eos(self) -> int:
         return len(self.alphabet)
@@ -104,7 +103,6 @@ class Language(NoiseSampler):
         legal = legal.float()
         return legal / legal.sum(-1, keepdim=True)
 
-    # --- strings and the recogniser ---------------------------------------------------
     def to_string(self, tokens: Sequence[int]) -> str:
         return "".join(self.alphabet[int(t)] for t in tokens)
 

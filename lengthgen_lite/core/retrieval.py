@@ -11,21 +11,29 @@ token". The answer is one of ``n_outputs`` classes, read out at the query: targe
 
 The model is :class:`~lengthgen_lite.core.model.Transformer` with an input layer for the
 packed items; it keeps the blocks, norm placements and hook names.
+:func:`evaluate_retrieval` scores a trained model at every set size N (accuracy,
+attention, the paper's distribution-shift statistics of the attention output);
+:func:`evaluate_sizes` is the tasks' evaluation in ``core.task_registry``.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal, Protocol
 
+import numpy as np
 import torch
 from torch import Tensor, nn
 
-from .hooks import HookPoint
+from . import metrics
+from .evaluation import PATTERN
+from .hooks import HookFn, HookPoint, hook_names, run_with_cache
 from .model import MLP, ModelConfig, Transformer
+from .seeding import make_generator
 from .tasks import Batch, PerSeedSampler
-from .validation import is_int, require_int
+from .validation import is_int, require_int, require_ints
 
 RetrievalVariant = Literal["baseline", "layernorm", "standardize"]
 
@@ -341,3 +349,206 @@ def retrieval_config(
         **RETRIEVAL_VARIANTS[variant],
     )
     return ModelConfig(**{**fields, **overrides})
+
+
+@dataclass(frozen=True)
+class ShiftStatistics:
+    """The paper's distribution-shift statistics of a set of output vectors [samples,
+    d]."""
+
+    feature_var: np.ndarray  # [d]: Var over samples of each fixed component o_j
+    global_mean: float  # E over samples of (1/d) sum_j o_j
+    global_var: float  # E over samples of (1/d) sum_j (o_j - mean_j o)^2
+
+    @property
+    def median_feature_var(self) -> float:
+        return float(np.median(self.feature_var))
+
+
+def shift_statistics(outputs: Tensor) -> ShiftStatistics:
+    """Per-feature variance across samples, and the per-vector (global) mean and
+    variance, averaged."""
+    if outputs.dim() != 2 or outputs.shape[0] < 2:
+        raise ValueError(
+            f"outputs must be [samples >= 2, d], got {tuple(outputs.shape)}"
+        )
+    x = outputs.double()
+    return ShiftStatistics(
+        feature_var=x.var(dim=0).numpy(),
+        global_mean=float(x.mean(dim=1).mean()),
+        global_var=float(x.var(dim=1, unbiased=False).mean()),
+    )
+
+
+ATTN_OUT = "blocks.0.hook_attn_out"
+NORMED = "blocks.0.ln_attn_out.hook_normalized"
+
+N_COMPONENTS = 3  # fixed components whose variance a table keeps
+
+
+def scaled_attention_output(scale: float | Tensor) -> dict[str, HookFn]:
+    """Hooks (for ``run_with_hooks``/``run_with_cache``) multiplying layer 0's attention
+    output (before any norm) by ``scale``.
+
+    An intervention, not a recording: it tests whether restoring the output's scale
+    alone restores accuracy. ``scale`` is a number or a tensor broadcasting against
+    [batch, pos, d_model].
+    """
+    return {ATTN_OUT: lambda out, _name: out * scale}
+
+
+# test sets per forward: at N = 1024 one forward over all 500 costs as much again in
+# fresh memory pages
+EVAL_CHUNK = 100
+
+
+def forward_chunked(
+    model: nn.Module,
+    inputs: Tensor,
+    names: Sequence[str],
+    chunk: int,
+    hooks: dict[str, HookFn] | None = None,
+) -> tuple[Tensor, dict[str, Tensor]]:
+    """``run_with_cache`` (with ``hooks``, if any) on ``chunk`` sets at a time,
+    concatenated: the same numbers as one forward (every set is processed on its own),
+    at a fraction of the memory traffic for large N."""
+    parts = [
+        run_with_cache(model, x, names=names, hooks=hooks) for x in inputs.split(chunk)
+    ]
+    return torch.cat([p[0] for p in parts]), {
+        name: torch.cat([p[1][name] for p in parts]) for name in names
+    }
+
+
+@dataclass(frozen=True)
+class RetrievalTable:
+    """Per-N evaluation of one model: each field is a [len(N)] array (means over
+    samples)."""
+
+    N: np.ndarray
+    n_samples: int  # test sets per N
+    seed: int  # evaluation seed: the same seed means the same test sets
+    accuracy: np.ndarray
+    # attention mass on the correct item, best head (see evaluate_retrieval)
+    target_attention: np.ndarray
+    n_eff: np.ndarray  # 1 / sum_i a_i^2 over the N + 1 keys, mean over heads
+    # sqrt(mean_j o_j^2) of the attention output at the query, before the norm
+    attn_out_rms: np.ndarray
+    # [len(N), n_components]: Var over samples of components 0..n_components-1
+    feature_var: np.ndarray
+    median_feature_var: np.ndarray  # median over all d_model components
+    global_mean: np.ndarray
+    global_var: np.ndarray
+    # the same after the norm (None for the baseline)
+    normed_feature_var: np.ndarray | None
+    normed_median_feature_var: np.ndarray | None
+    normed_global_mean: np.ndarray | None
+    normed_global_var: np.ndarray | None
+
+
+TABLE_FIELDS = tuple(
+    f.name
+    for f in dataclasses.fields(RetrievalTable)
+    if f.name not in ("N", "n_samples", "seed")
+)
+
+
+@torch.no_grad()
+def evaluate_retrieval(
+    model: nn.Module,
+    task: RetrievalTask,
+    sizes: Sequence[int],
+    n_samples: int = 500,
+    seed: int = 0,
+    n_components: int = N_COMPONENTS,
+    scale: Sequence[float] | None = None,
+    chunk: int = EVAL_CHUNK,
+) -> RetrievalTable:
+    """Accuracy, attention and the shift statistics of ``model`` at every N in
+    ``sizes``.
+
+    The same ``seed`` gives every model the same test sets. ``target_attention`` is the
+    mass the best head (largest mean mass) puts on the correct item. ``scale[i]``, if
+    given, multiplies the attention output at ``sizes[i]`` (see
+    :func:`scaled_attention_output`). ``chunk`` test sets run per forward; it changes
+    the cost, not the numbers.
+    """
+    require_ints("sizes", sizes, 1)
+    require_int("chunk", chunk, minimum=1)  # test sets per forward
+    if scale is not None and len(scale) != len(sizes):
+        raise ValueError(
+            f"scale must have one entry per size ({len(sizes)}), got {len(scale)}"
+        )
+    normed = NORMED in hook_names(model)
+    names = [PATTERN, ATTN_OUT] + ([NORMED] if normed else [])
+    rows: dict[str, list] = {}
+    for i, N in enumerate(sizes):
+        batch = task.sample_train_batch(
+            n_samples, N, make_generator(seed * 100_003 + N)
+        )
+        hooks = scaled_attention_output(1.0 if scale is None else float(scale[i]))
+        logits, cache = forward_chunked(model, batch.inputs, names, chunk, hooks)
+        pattern = cache[PATTERN][:, :, -1]  # [samples, head, N + 1] (the query's row)
+        target = task.target_item(batch.inputs)  # [samples]
+        on_target = pattern.gather(
+            -1, target.view(-1, 1, 1).expand(-1, pattern.shape[1], 1)
+        ).squeeze(-1)
+        row = {
+            "accuracy": (logits[:, -1].argmax(-1) == batch.targets[:, -1].argmax(-1))
+            .float()
+            .mean()
+            .item(),
+            "target_attention": on_target.mean(0).max().item(),
+            "n_eff": metrics.effective_tokens(pattern).mean().item(),
+        }
+        for prefix, name in (("", ATTN_OUT),) + (
+            (("normed_", NORMED),) if normed else ()
+        ):
+            out = cache[name][:, -1]  # [samples, d_model] at the query
+            stats = shift_statistics(out)
+            row |= {
+                f"{prefix}feature_var": stats.feature_var[:n_components],
+                f"{prefix}median_feature_var": stats.median_feature_var,
+                f"{prefix}global_mean": stats.global_mean,
+                f"{prefix}global_var": stats.global_var,
+            }
+            if not prefix:
+                row["attn_out_rms"] = out.square().mean(-1).sqrt().mean().item()
+        for key, value in row.items():
+            rows.setdefault(key, []).append(value)
+    arrays = {key: np.asarray(value) for key, value in rows.items()}
+    missing = {
+        f"normed_{k}": None
+        for k in ("feature_var", "median_feature_var", "global_mean", "global_var")
+    }
+    return RetrievalTable(
+        N=np.asarray(sizes), n_samples=n_samples, seed=seed, **{**missing, **arrays}
+    )
+
+
+def evaluate_sizes(
+    models: Sequence[nn.Module],
+    task: RetrievalTask,
+    sizes: Sequence[int],
+    n_samples: int,
+    seed: int,
+) -> dict[str, np.ndarray]:
+    """The retrieval tasks' evaluation (``core.task_registry``):
+    :func:`evaluate_retrieval` of every model, as per-size fields [K, len(N)] (``s`` is
+    N). Components 0..2 of ``feature_var``
+    become ``feature_var_0``..``_2``; a model without a norm has ``normed_*`` nan."""
+    tables = [evaluate_retrieval(m, task, sizes, n_samples, seed) for m in models]
+    nan = np.full((len(models), len(sizes)), np.nan)
+    out = {"s": np.asarray(sizes)}
+    for name in TABLE_FIELDS:
+        base = name.removeprefix("normed_")
+        if base == "feature_var":
+            for j in range(N_COMPONENTS):
+                values = [getattr(t, name) for t in tables]
+                out[f"{name}_{j}"] = (
+                    nan if values[0] is None else np.stack([v[:, j] for v in values])
+                )
+        else:
+            values = [getattr(t, name) for t in tables]
+            out[name] = nan if values[0] is None else np.stack(values)
+    return out

@@ -19,7 +19,7 @@ from typing import Protocol
 import torch
 from torch import Tensor
 
-from .validation import is_int
+from .validation import require_int
 
 
 @dataclass(frozen=True)
@@ -53,20 +53,10 @@ class Task(Protocol):
     # ``train`` uses it when present (faster).
 
 
-def _check_positive_int(name: str, value: int) -> None:
-    if not is_int(value) or value < 1:
-        raise ValueError(f"{name} must be a positive int, got {value!r}")
-
-
-def _check_vocab_and_length(v: int, length: int) -> None:
-    if not is_int(v) or v < 2:
-        raise ValueError(f"vocabulary size v must be an int >= 2, got {v!r}")
-    if not is_int(length) or not 1 <= length <= v - 1:
-        raise ValueError(
-            f"length must be an int in 1..v-1 = 1..{v - 1} (distinct tokens, "
-            "at least one left "
-            f"to predict), got {length!r}"
-        )
+def _check_vocab_and_length(v: int, length: int, name: str = "length") -> None:
+    require_int("v", v, minimum=2)  # the vocabulary size
+    # distinct tokens, at least one left to predict
+    require_int(name, length, minimum=1, maximum=v - 1)
 
 
 def sample_sequences(
@@ -78,7 +68,7 @@ def sample_sequences(
     Each row is the start of a uniformly random permutation of the vocabulary.
     """
     _check_vocab_and_length(v, length)
-    _check_positive_int("batch", batch)
+    require_int("batch", batch, minimum=1)
     return torch.rand(batch, v, generator=generator).argsort(dim=-1)[:, :length]
 
 
@@ -182,7 +172,7 @@ class PerSeedSampler:
         """One batch per generator on a leading [K] axis; row k equals
         ``sample_train_batch(..., generators[k])``."""
         self._check_size(size)
-        _check_positive_int("batch", batch)
+        require_int("batch", batch, minimum=1)
         if not generators:
             raise ValueError(
                 "generators must hold at least one torch.Generator (one per seed)"
@@ -232,14 +222,18 @@ class SetComplement(NoiseSampler):
     train_length: int
 
     def __post_init__(self) -> None:
-        _check_vocab_and_length(self.v, self.train_length)
+        _check_vocab_and_length(self.v, self.train_length, "train_length")
+
+    @property
+    def vocab_size(self) -> int:
+        return self.v
 
     @property
     def n_outputs(self) -> int:
         return self.v
 
     def _check_size(self, size: int) -> None:
-        _check_vocab_and_length(self.v, size)
+        _check_vocab_and_length(self.v, size, "size")
 
     def draw_noise(self, batch: int, size: int, generator: torch.Generator) -> Tensor:
         return torch.rand(batch, self.v, generator=generator)  # [batch, v]

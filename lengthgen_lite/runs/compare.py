@@ -81,6 +81,22 @@ def collapsed(
     )
 
 
+def _axes(results: Results, pinned: set[str], where: Mapping[str, Any]) -> list[str]:
+    """The fields that span a claim's cells: those of the sweep that vary among the
+    configurations ``where`` selects, less the ``pinned`` ones (a field that varies only
+    between tasks, as chapter 7's learning rate, is not a cell of either task)."""
+    chosen = [
+        c
+        for c in results.configs
+        if all(getattr(c, k) == v for k, v in where.items() if k in CONFIG_FIELDS)
+    ]
+    return [
+        k
+        for k in results.spec.varying()
+        if k not in pinned and len({getattr(c, k) for c in chosen}) > 1
+    ]
+
+
 def paired_effects(
     results: Results,
     metric: str,
@@ -100,7 +116,7 @@ def paired_effects(
             f"treated and control must set the same fields; {sorted(unknown)} differ"
         )
     pinned = set(treated) | set(where)
-    axes = [k for k in results.spec.varying() if k not in pinned]
+    axes = _axes(results, pinned, where)
     steps = sorted({r["step"] for r in results.rows})
     cells = {
         tuple(getattr(c, k) for k in axes)
@@ -153,7 +169,7 @@ def level_effects(
     value = (
         (lambda r, **w: r.values(metric, **w)) if isinstance(metric, str) else metric
     )
-    axes = [k for k in results.spec.varying() if k not in where]
+    axes = _axes(results, set(where), where)
     effects = []
     for index, config in enumerate(results.configs):
         if not results.select(config=index, **where):

@@ -131,7 +131,6 @@ class Results:
             i: c.setup().train_length for i, c in enumerate(self.configs)
         }
 
-    # --- selecting --------------------------------------------------------------------
     def select(self, **where: Any) -> list[dict[str, Any]]:
         """The rows matching ``where`` (config fields and row keys; no defaults
         applied)."""
@@ -295,7 +294,6 @@ class Results:
     def seeds(self) -> list[int]:
         return sorted({r["seed"] for r in self.rows})
 
-    # --- saving and loading -----------------------------------------------------------
     def save(self, path: str | pathlib.Path) -> pathlib.Path:
         """Write ``{"spec", "provenance", "rows"}`` as JSON (floats round-trip
         exactly)."""

@@ -6,19 +6,12 @@ Each configuration's seeds train as one batched
 riding along; the raw and the averaged weights are then scored at every length on one
 fixed test set per task, so seeds differ only in their weights.
 
-How a task is scored is plugged in by its kind, not by a separate runner:
-
-- ``"set_complement"``: :func:`~lengthgen_lite.core.evaluation.evaluate_set_complement`
-  at every logit scale of the spec (built in);
-- ``"sequence"`` (the game and the languages): a function ``(models, batch) -> curves``
-  that a chapter registers with :func:`register_evaluation` (chapter 7's
-  ``evaluate_lengths``, until the one per-length evaluation moves into the core);
-  ``curves`` has ``s`` and per-length fields.
-- ``"retrieval"`` (chapter 4's set-retrieval tasks, trained as
-  :class:`~lengthgen_lite.core.retrieval.RetrievalTransformer`): a function ``(models,
-  task, sizes, n_test, eval_seed) -> curves`` that chapter 4 registers
-  (``evaluate_sizes``); ``s`` is then the set size N. Each N has its own test sets,
-  fixed by the evaluation seed.
+What a task trains (its model class) and how it is scored are its entry in the core's
+task registry (:data:`~lengthgen_lite.core.task_registry.TASKS`), not a separate runner:
+set complement at every logit scale of the spec, the game and the languages per length
+(:func:`~lengthgen_lite.core.evaluation.evaluate_lengths`), chapter 4's retrieval tasks
+per set size N (:func:`~lengthgen_lite.core.retrieval.evaluate_sizes`; ``s`` is then
+N). Every registered task runs without any chapter being imported.
 
 ``backend="ray"`` sends each configuration (or group of seeds) to a Ray task with one
 torch thread (``RAY_ENV``); a seed's result does not depend on the backend. Ray is an
@@ -27,8 +20,6 @@ optional extra, imported only when asked for.
 
 from __future__ import annotations
 
-import dataclasses
-import importlib
 import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -36,104 +27,38 @@ from typing import Any
 import numpy as np
 from torch import nn
 
-from ..core.evaluation import METRICS as SET_COMPLEMENT_METRICS
-from ..core.evaluation import evaluate_at_scales, stack_metric
-from ..core.model import Transformer
-from ..core.retrieval import RetrievalTransformer
-from ..core.seeding import make_generator
+from ..core.task_registry import Setup, TaskEntry, task_entry
 from ..core.training import TrainResult, train
 from ..core.validation import require_choice, require_int
 from .results import Results, provenance
-from .spec import RETRIEVAL_TASKS, Config, Spec
+from .spec import Spec
 
 BACKENDS = ("local", "ray")
 RAY_ENV = {
     "OMP_NUM_THREADS": "1",
     "MKL_NUM_THREADS": "1",
 }  # one torch thread per Ray worker
-Evaluation = Callable[..., Any]
-# task kind -> (models, test batch) -> curves ("sequence"), or (models, task, sizes,
-# n_test, eval_seed) -> curves ("retrieval")
-EVALUATIONS: dict[str, Evaluation] = {}
-REGISTERED_KINDS = ("sequence", "retrieval")
 
 
-def register_evaluation(kind: str, evaluate: Evaluation) -> None:
-    """Score the tasks of ``kind`` ("sequence", "retrieval") with ``evaluate``."""
-    require_choice("kind", kind, REGISTERED_KINDS)
-    EVALUATIONS[kind] = evaluate
-
-
-def task_kind(config: Config) -> str:
-    if config.task == "set_complement":
-        return "set_complement"
-    return "retrieval" if config.task in RETRIEVAL_TASKS else "sequence"
-
-
-def model_class(config: Config) -> type[nn.Module]:
-    """The model a configuration trains: the retrieval tasks read packed items."""
-    return RetrievalTransformer if task_kind(config) == "retrieval" else Transformer
-
-
-def _set_complement(
-    variants: dict[str, list[nn.Module]], config: Config, spec: Spec
-) -> dict:
-    setup = config.setup()
+def _score(
+    variants: dict[str, list[nn.Module]], setup: Setup, entry: TaskEntry, spec: Spec
+) -> dict[tuple[str, float], tuple[np.ndarray, dict[str, np.ndarray]]]:
+    """Every variant's models scored by the task's registered evaluation: (variant,
+    logit scale) -> (s, metric -> [K, len(s)])."""
     out = {}
     for variant, models in variants.items():
-        # per model, one forward pass scored at every scale: [K][len(scales)]
-        per_model = [
-            evaluate_at_scales(
-                model, setup.vocab_size, spec.scales, spec.n_test, spec.eval_seed
+        scored = entry.evaluate(models, setup, spec.n_test, spec.eval_seed, spec.scales)
+        for scale, curves in scored.items():
+            s = np.asarray(curves["s"])
+            shape = (len(models), len(s))
+            out[variant, scale] = (
+                s,
+                {
+                    name: np.broadcast_to(np.asarray(value, dtype=float), shape)
+                    for name, value in curves.items()
+                    if name != "s"
+                },
             )
-            for model in models
-        ]
-        for j, c in enumerate(spec.scales):
-            tables = [scored[j] for scored in per_model]
-            keep = tables[0].s <= setup.test_length
-            metrics = {
-                m: stack_metric(tables, m)[:, keep] for m in SET_COMPLEMENT_METRICS
-            }
-            out[variant, c] = (tables[0].s[keep], metrics)
-    return out
-
-
-def _registered(
-    variants: dict[str, list[nn.Module]], config: Config, spec: Spec
-) -> dict:
-    """Score with the evaluation a chapter registered for the configuration's kind."""
-    kind = task_kind(config)
-    if kind not in EVALUATIONS:
-        raise ValueError(
-            f"no evaluation registered for task {config.task!r}; import its chapter"
-        )
-    if spec.scales != (1.0,):
-        raise ValueError(
-            f"task {config.task!r} is scored at logit scale 1.0 only, got {spec.scales}"
-        )
-    setup = config.setup()
-    if kind == "sequence":
-        generator = make_generator(spec.eval_seed)
-        test = (
-            setup.task.sample_train_batch(spec.n_test, setup.test_length, generator),
-        )
-    else:
-        test = (setup.task, setup.sizes, spec.n_test, spec.eval_seed)
-    out = {}
-    for variant, models in variants.items():
-        curves = EVALUATIONS[kind](models, *test)
-        if not isinstance(curves, Mapping):
-            curves = {
-                f.name: getattr(curves, f.name) for f in dataclasses.fields(curves)
-            }
-        s = np.asarray(curves["s"])
-        shape = (len(models), len(s))
-        metrics = {
-            name: np.broadcast_to(np.asarray(value, dtype=float), shape)
-            for name, value in curves.items()
-            if name != "s"
-        }
-        out[variant, 1.0] = (s, metrics)
     return out
 
 
@@ -143,6 +68,7 @@ def run_configuration(
     """Train configuration ``index`` of ``spec`` on ``seeds`` (default: the spec's) and
     score it."""
     config = spec.configurations()[index]
+    entry = task_entry(config.task)
     seeds = list(spec.seeds if seeds is None else seeds)
     setup = config.setup()
     desc = f"{spec.name}: {config.label(spec.varying())}"
@@ -151,19 +77,20 @@ def run_configuration(
         setup.task,
         config.train_config(),
         seeds,
-        model_class=model_class(config),
+        model_class=entry.model,
         averagers=spec.averager_factories(),
         progress=progress,
         desc=desc,
         checkpoints=spec.checkpoints,
     )
-    evaluate = _set_complement if task_kind(config) == "set_complement" else _registered
     rows = []
     weights = result.checkpoints | {
         config.steps: {"raw": result.models, **result.averaged}
     }
     for step, variants in weights.items():
-        for (variant, scale), (s, metrics) in evaluate(variants, config, spec).items():
+        for (variant, scale), (s, metrics) in _score(
+            variants, setup, entry, spec
+        ).items():
             for k, seed in enumerate(result.seeds):
                 row = {
                     "config": index,
@@ -180,12 +107,10 @@ def run_configuration(
 
 
 def _run_unit(
-    data: dict, index: int, seeds: list[int], progress: bool, modules: list[str]
+    data: dict, index: int, seeds: list[int], progress: bool
 ) -> tuple[list, np.ndarray, float]:
-    """What one Ray task runs: plain data in and out (the chapters that registered
-    evaluations): the rows, the training losses [steps, seeds] and the wall time."""
-    for module in modules:
-        importlib.import_module(module)
+    """What one Ray task runs: plain data in and out: the rows, the training losses
+    [steps, seeds] and the wall time."""
     start = time.perf_counter()
     rows, result = run_configuration(Spec.from_dict(data), index, seeds, progress)
     return rows, result.loss, time.perf_counter() - start
@@ -275,10 +200,9 @@ def ray_units(
         remote = ray.remote(_run_unit).options(
             num_cpus=1, runtime_env={"env_vars": RAY_ENV}
         )
-        modules = sorted({fn.__module__ for fn in EVALUATIONS.values()})
         data = spec.to_dict()
         pending = {
-            remote.remote(data, i, seeds, progress, modules): n
+            remote.remote(data, i, seeds, progress): n
             for n, (i, seeds) in enumerate(units)
         }
         outputs: dict[int, tuple] = {}
@@ -340,11 +264,8 @@ def run(
 
 __all__ = [
     "BACKENDS",
-    "EVALUATIONS",
     "RAY_ENV",
     "check_run_options",
-    "model_class",
-    "register_evaluation",
     "ray_units",
     "run",
     "run_configuration",

@@ -31,11 +31,8 @@ from dataclasses import dataclass, field
 from typing import Any, get_args
 
 from ..core.averaging import make_bema, make_ema
-from ..core.games import TicTacToe
-from ..core.languages import LANGUAGES, make_language
-from ..core.model import PLACEMENTS, Init, ModelConfig, NormKind
-from ..core.retrieval import ArgmaxRetrieval, DictionaryLookup
-from ..core.tasks import SetComplement
+from ..core.model import NORM_SITES, Init, ModelConfig, NormKind
+from ..core.task_registry import TASKS, Setup, task_entry
 from ..core.training import (
     AveragerFactory,
     Schedule,
@@ -51,14 +48,6 @@ from ..core.validation import (
     require_number,
 )
 
-GAMES = ("tictactoe",)
-# chapter 4's set-retrieval tasks (core.retrieval), at their default sizes
-RETRIEVAL_TASKS = {
-    "argmax_retrieval": ArgmaxRetrieval,
-    "dictionary_lookup": DictionaryLookup,
-}
-TASKS: tuple[str, ...] = ("set_complement", *GAMES, *LANGUAGES, *RETRIEVAL_TASKS)
-SMALLEST_SET = 8  # a retrieval task is tested at N = 8, 16, ..., test_length
 TARGETS: tuple[str, ...] = get_args(TargetKind)
 AVERAGERS = {
     "ema": make_ema,
@@ -114,32 +103,20 @@ def _field_names(kind: type) -> tuple[str, ...]:
 
 
 @dataclass(frozen=True)
-class Setup:
-    """What a configuration's task is, built: the task, its length split and its
-    sizes."""
-
-    task: Any  # SetComplement | TicTacToe | Language (the core.tasks.Task protocol)
-    train_length: int  # trains on lengths 1..train_length
-    test_length: int  # evaluated on lengths 1..test_length
-    vocab_size: int
-    n_outputs: int
-    # the set sizes N a retrieval task is tested at (others: lengths 1..test_length)
-    sizes: tuple[int, ...] = ()
-
-
-@dataclass(frozen=True)
 class Config:
     """One configuration: the task, the model and the training of one batched ``train``
     call.
 
-    Task fields: ``v`` is set complement's vocabulary, ``board`` and ``in_a_row`` the
-    game's; ``train_length`` and ``test_length`` None take the task's own (set
-    complement: 4 and v - 1; the game: 8 moves and the full board; a language: 16 and 48
-    symbols; a retrieval task: sets of 2..16 items, tested at N = 8, 16, ..., 1024).
-    A retrieval task's model is chapter 4's ``RetrievalTransformer`` (no causal mask,
-    only the query attends); its variants are ``norm`` "none" or "attn_out" with
-    ``norm_kind`` "layernorm" or "standardize"; ``item_mlp`` > 0 gives it an item MLP
-    of that width. ``attn_bias`` puts biases on W_V and W_O (any task).
+    ``task`` is a name registered in ``core.task_registry.TASKS`` and ``norm`` a
+    placement of ``core.model.NORM_SITES``, both read when the config is built. Task
+    fields: ``v`` is set complement's vocabulary, ``board`` and ``in_a_row`` the game's;
+    ``train_length`` and ``test_length`` None take the task's own (set complement: 4
+    and v - 1; the game: 8 moves and the full board; a language: 16 and 48 symbols; a
+    retrieval task: sets of 2..16 items, tested at N = 8, 16, ..., 1024). A retrieval
+    task's model is chapter 4's ``RetrievalTransformer`` (no causal mask, only the query
+    attends); its variants are ``norm`` "none" or "attn_out" with ``norm_kind``
+    "layernorm" or "standardize"; ``item_mlp`` > 0 gives it an item MLP of that width.
+    ``attn_bias`` puts biases on W_V and W_O (any task).
     """
 
     task: str = "set_complement"
@@ -174,10 +151,10 @@ class Config:
     train_path: str = "auto"
 
     def __post_init__(self) -> None:
-        require_choice("task", self.task, TASKS)
+        require_choice("task", self.task, tuple(TASKS))
         require_choice("init", self.init, get_args(Init))
         require_choice("train_path", self.train_path, get_args(TrainPath))
-        require_choice("norm", self.norm, PLACEMENTS)
+        require_choice("norm", self.norm, tuple(NORM_SITES))
         require_choice("targets", self.targets, TARGETS)
         require_choice("norm_kind", self.norm_kind, get_args(NormKind))
         require_choice("schedule", self.schedule, get_args(Schedule))
@@ -194,7 +171,7 @@ class Config:
             require_int(name, getattr(self, name), 1)
         if not isinstance(self.attn_bias, bool):
             _fail("attn_bias", self.attn_bias, "False, True")
-        if self.task not in RETRIEVAL_TASKS and self.item_mlp != 0:
+        if not task_entry(self.task).item_mlp and self.item_mlp != 0:
             _fail("item_mlp", self.item_mlp, "0 (an item MLP is a retrieval task's)")
         for name in ("d_mlp", "warmup", "item_mlp"):
             require_int(name, getattr(self, name), 0)
@@ -213,53 +190,15 @@ class Config:
         self.model_config()  # ModelConfig's own checks (d_model % n_heads, ...)
 
     def setup(self) -> Setup:
-        """Build the task with its length split."""
-        if self.task == "set_complement":
-            L = 4 if self.train_length is None else self.train_length
-            test = self.v - 1 if self.test_length is None else self.test_length
-            if test > self.v - 1:
-                _fail("test_length", test, f"a prefix length <= v - 1 = {self.v - 1}")
-            task = SetComplement(v=self.v, train_length=L)
-            return Setup(task, L, test, self.v, self.v)
-        if self.task == "tictactoe":
-            L = 8 if self.train_length is None else self.train_length
-            task = TicTacToe(n=self.board, k=self.in_a_row, train_length=L)
-            test = task.max_length if self.test_length is None else self.test_length
-            return Setup(task, L, test, task.vocab_size, task.n_outputs)
-        if self.task in RETRIEVAL_TASKS:
-            return self._retrieval_setup()
-        L = 16 if self.train_length is None else self.train_length
-        task = make_language(self.task, train_length=L)
-        test = 48 if self.test_length is None else self.test_length
-        return Setup(task, L, test, task.vocab_size, task.n_outputs)
-
-    def _retrieval_setup(self) -> Setup:
-        """Sets of 2..train_length items in training; tested at N = 8, 16, ...,
-        test_length."""
-        L = 16 if self.train_length is None else self.train_length
-        test = 1024 if self.test_length is None else self.test_length
-        sizes = [SMALLEST_SET]
-        while sizes[-1] < test:
-            sizes.append(2 * sizes[-1])
-        if sizes[-1] != test:
-            _fail("test_length", test, f"a power of two >= {SMALLEST_SET}")
-        try:
-            task = RETRIEVAL_TASKS[self.task](max_train_size=L)
-        except ValueError as err:
-            _fail("train_length", L, f"2..the task's largest set ({err})")
-        if test > getattr(task, "n_keys", test):  # dictionary lookup: distinct keys
-            _fail("test_length", test, f"at most n_keys={task.n_keys}")
-        return Setup(task, L, test, task.vocab_size, task.n_outputs, tuple(sizes))
+        """Build the task with its length split (``core.task_registry``)."""
+        return task_entry(self.task).setup(self)
 
     def model_config(self) -> ModelConfig:
-        setup = self.setup()
-        n_outputs = None if self.task == "set_complement" else setup.n_outputs
-        retrieval = (
-            {"causal": False, "queries": "last"} if self.task in RETRIEVAL_TASKS else {}
-        )
+        entry = task_entry(self.task)
+        task = self.setup().task
         return ModelConfig(
-            vocab_size=setup.vocab_size,
-            n_outputs=n_outputs,
+            vocab_size=task.vocab_size,
+            n_outputs=entry.n_outputs(task),
             d_model=self.d_model,
             n_heads=self.n_heads,
             n_layers=self.n_layers,
@@ -271,7 +210,7 @@ class Config:
             item_mlp=self.item_mlp,
             attn_dropout=self.attn_dropout,
             resid_dropout=self.resid_dropout,
-            **retrieval,  # type: ignore[arg-type]
+            **entry.model_fields,
         )
 
     def train_config(self) -> TrainConfig:
@@ -379,6 +318,15 @@ class Spec:
         if 1.0 not in scales or len(set(scales)) != len(scales):
             _fail("scales", self.scales, "distinct positive logit scales including 1.0")
         object.__setattr__(self, "scales", scales)
+        if scales != (1.0,):
+            for config in self.configurations():
+                if not task_entry(config.task).logit_scales:
+                    _fail(
+                        "scales",
+                        self.scales,
+                        f"(1.0,) only: task {config.task!r} is scored at logit "
+                        "scale 1.0 only",
+                    )
         require_int("n_test", self.n_test, 1)
         require_int("eval_seed", self.eval_seed, 0)
         require_choice("scale", self.scale, SCALES)
@@ -400,7 +348,6 @@ class Spec:
                 "configs", self.configs, "at least one configuration (a grid or a list)"
             )
 
-    # --- the configurations -----------------------------------------------------------
     def configurations(self) -> list[Config]:
         """Every configuration, in order: the grid's combinations, then the listed
         ones."""
@@ -439,7 +386,6 @@ class Spec:
                 ) from None
         return out
 
-    # --- variants, reading and writing ------------------------------------------------
     def with_overrides(self, **changes: Any) -> Spec:
         """A copy with fields replaced (``seeds=range(20)``, ``steps=5000``), validated
         again.
@@ -489,12 +435,8 @@ class Spec:
 
 __all__ = [
     "CONFIG_FIELDS",
-    "PLACEMENTS",
     "REFERENCE_DEFAULTS",
-    "RETRIEVAL_TASKS",
     "SCALES",
-    "TASKS",
     "Config",
-    "Setup",
     "Spec",
 ]
