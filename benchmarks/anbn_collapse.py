@@ -8,7 +8,9 @@ reach the loss floor, then jump (to 1-4 nats for a window) and settle on a plate
 Sub-commands (each prints plain numbers; none prints a time as a result):
 
 - ``stored``: the unstable-seed counts of the stored sweep
-  (``results/reference/ch7__placements``) under the book's divergence rule (final
+  (``results/reference/ch7__placements``; since issue 33 trained with
+  ``ch7.STABLE_ANBN``, lr 1e-3 and a cosine decay: 0 of 60; the collapsed sweep at lr
+  3e-3, 19 of 60, is in the history at 7a893e8) under the book's divergence rule (final
   window above the minimum window by more than 5 % of the fall, fall = first window -
   minimum window), split into seeds that collapsed (reached the floor, then left it)
   and seeds stuck on the plateau from the start. Instant.
@@ -488,8 +490,18 @@ def report_trace(
             names=np.array(trace.names),
         )
     mine = loss_windows(trace.loss)
-    stored = np.array(stored_sweep()[norm, init]["training"]["loss_windows"])
     print(f"trace: a^n b^n, norm={norm}, init={init}, baseline recipe, eager loop")
+    data = stored_sweep()[norm, init]
+    recipe = {
+        k: data["spec"]["configs"][data["config"]].get(k) for k in ("lr", "schedule")
+    }
+    if recipe != {"lr": Recipe.lr, "schedule": Recipe.schedule}:
+        # the store holds ch7.STABLE_ANBN since issue 33; the collapsed sweep this loop
+        # reproduces is in the history (git show 7a893e8:results/reference/...)
+        print(f"the stored sweep trains with {recipe}: no window comparison")
+        report_onsets(trace)
+        return
+    stored = np.array(data["training"]["loss_windows"])
     print("stored vs this loop, loss windows (100 steps):")
     for k in range(len(SPEC.seeds)):
         j = jump_step(trace.loss[:, k])

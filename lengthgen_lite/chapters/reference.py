@@ -448,9 +448,9 @@ def game_ema(sweep: Results) -> Decision:
 def languages(sweep: Results) -> Decision:
     """Chapter 7: post-norm helps on the formal languages, decided on a^n b^n (soft
     targets; unlock and no-repeat need no remedy): no norm minus post-norm TV beyond
-    the training lengths, raw weights, on the same seeds, in every cell (init). Its
-    trainings collapse (``runs.stats.unstable_seeds``; ``benchmarks/anbn_collapse.py``
-    traces why), which makes those cells inconclusive."""
+    the training lengths, raw weights, on the same seeds, in every cell (init). It
+    trains at lr 1e-3 with a cosine decay (``ch7.STABLE_ANBN``): at lr 3e-3 its
+    trainings collapsed (``benchmarks/anbn_collapse.py`` traces why)."""
     effects = paired_effects(
         sweep, "tv_beyond", {"norm": "post"}, {"norm": "none"}, task="anbn"
     )
