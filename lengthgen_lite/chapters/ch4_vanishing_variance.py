@@ -30,10 +30,9 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
-from ..core.evaluation import loglog_slope
+from ..core.evaluation import ATTN_OUT, loglog_slope
 from ..core.hooks import hook_names
 from ..core.retrieval import (
-    ATTN_OUT,
     EVAL_CHUNK,
     N_COMPONENTS,
     NORMED,
@@ -49,6 +48,7 @@ from ..core.training import TrainResult
 from ..core.validation import is_int, require_int
 from ..runs import Results, Spec
 from ..runs.claims import Claim, Decision, Effect
+from .ch1_set_complement import REFERENCE_AXES
 
 
 @dataclass(frozen=True)
@@ -177,8 +177,6 @@ def head_monte_carlo(
     return std, law, n_eff, all_std
 
 
-# --- the retrieval experiments --------------------------------------------------------
-
 TEST_SIZES = (8, 16, 32, 64, 128, 256, 512, 1024)
 
 
@@ -203,17 +201,12 @@ def attention_output_samples(
     return cache[ATTN_OUT][:, -1], cache[NORMED][:, -1] if normed else None
 
 
-# --- the chapter's experiment, declared as data ---------------------------------------
-
 # the notebook's task names -> the registry's (core.task_registry.TASKS)
 TASK_IDS = {
     "argmax retrieval": "argmax_retrieval",
     "dictionary lookup": "dictionary_lookup",
 }
 SEEDS = (0, 1, 2)
-# The reference scale's sensitivity axes (issue 19); the steps axis is the checkpoints
-# (1000, 3000, 6000). The book's init against PyTorch's own, two learning rates.
-REFERENCE_AXES = {"init": ("book", "torch"), "lr": (1e-3, 3e-3)}
 # The reviewers' components, each against its absence in every cell, and the variants
 # each is trained with: an item MLP (hidden width) for argmax retrieval, with every
 # variant (LayerNorm's claim must hold with it); biases on W_V/W_O for the mean drift,
@@ -235,8 +228,8 @@ REFERENCE_COMPONENTS: dict[
 
 def reference_configs() -> list[dict[str, object]]:
     """The reference sweep's configurations: per task, its components x their variants
-    x init x lr (a list, not a grid: a variant is two fields, and the item MLP is
-    argmax retrieval's only).
+    x init x lr (chapter 1's ``REFERENCE_AXES``; a list, not a grid: a variant is two
+    fields, and the item MLP is argmax retrieval's only).
 
     Constant learning rate after the warm-up, not the live run's cosine: a checkpoint
     of a constant-rate run is the shorter run's end, so the checkpoints are honest
@@ -287,9 +280,6 @@ SPECS: dict[str, Spec] = {
         reference={"configs": reference_configs(), "base": {"schedule": "constant"}},
     )
 }
-
-
-# --- reading the results --------------------------------------------------------------
 
 
 def field(results: Results, name: str, task: str, variant: str) -> np.ndarray:
@@ -426,9 +416,6 @@ def argmax_near_misses(
         near_miss=held[wrong].float().mean().item() if wrong.any() else float("nan"),
         chance=1 - (1 - 1 / task.n_classes) ** runners_up,
     )
-
-
-# --- what the chapter asserts and scores, computed here, asserted in the notebook ---
 
 
 def end_ratio(x: np.ndarray) -> np.ndarray:

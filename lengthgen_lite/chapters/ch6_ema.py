@@ -51,8 +51,6 @@ from ..runs.spec import Config
 from ..runs.stats import Interval, pooled
 from .ch1_set_complement import BASELINE
 
-# --- gradient noise -------------------------------------------------------------------
-
 
 def flat_gradient(
     model: nn.Module, inputs: Tensor, targets: Tensor, mask: Tensor
@@ -241,9 +239,6 @@ def resampling_error(
     return ((running_mean - soft).norm(dim=1) / soft.norm()).numpy()
 
 
-# --- the temperature control ----------------------------------------------------------
-
-
 @torch.no_grad()
 def tv_by_logit_scale(
     model: nn.Module,
@@ -310,8 +305,6 @@ def scaling_matches(
     return bool(((raw_train <= train) & (raw_beyond <= beyond)).any())
 
 
-# --- runs and the search --------------------------------------------------------------
-
 LengthRange = Literal["train", "beyond"]
 
 
@@ -331,11 +324,6 @@ class Run:
         return self.results.configs[self.index]
 
     @property
-    # the configuration (norm, lr, batch, resid_dropout, targets)
-    def spec(self) -> Config:
-        return self.config
-
-    @property
     def scales(self) -> tuple[float, ...]:
         return tuple(self.results.spec.scales)
 
@@ -345,7 +333,7 @@ class Run:
 
     @property
     def result(self) -> TrainResult:
-        return self.results.trained[self.index]
+        return self.results.live_training[self.index]
 
     @property
     def unstable(self) -> int:
@@ -644,7 +632,7 @@ def temperature_control(grid: Mapping[object, Run]) -> TemperatureControl:
         for k in range(len(raw_train)):  # seeds
             ema_point = (ema_train[k, k1], ema_beyond[k, k1])
             matched.append(scaling_matches(raw_train[k], raw_beyond[k], *ema_point))
-            best.append((run.spec.norm, raw_beyond[k].min(), ema_beyond[k].min()))
+            best.append((run.config.norm, raw_beyond[k].min(), ema_beyond[k].min()))
             raw_best.append(run.scales[int(raw_train[k].argmin())])
             ema_best.append(run.scales[int(ema_train[k].argmin())])
     norms = dict.fromkeys(norm for norm, _, _ in best)
@@ -847,8 +835,6 @@ def search_numbers(
     return numbers
 
 
-# --- the chapter's experiments, declared as data --------------------------------------
-
 SEEDS = (0, 1, 2)
 # logit factors c
 SCALES = (
@@ -977,7 +963,6 @@ SPECS: dict[str, Spec] = {
 }
 
 
-# --- the scorecard --------------------------------------------------------------------
 # Every live row is its declared claim (below) decided by the protocol of
 # lengthgen_lite.runs.claims: one cell per configuration, the per-seed effect with its
 # 95% t-interval over the seeds, judged against the claim's SESOI.

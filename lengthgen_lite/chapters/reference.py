@@ -320,7 +320,7 @@ def final_cells(claim: Decision, **where: object) -> list[Effect]:
     return cells
 
 
-# --- chapters 6 and 7: each effect is a difference on the same seeds (an averaged
+# Chapters 6 and 7: each effect is a difference on the same seeds (an averaged
 # model against the raw weights of the same training, or one configuration against
 # another), > 0 when the claim holds.
 
