@@ -4,15 +4,17 @@ import numpy as np
 import pytest
 import torch
 
-from lengthgen_lite.chapters.ch4_vanishing_variance import (
-    argmax_near_misses,
-    attention_output_samples,
-    evaluate_rescaled,
-    loglog_slope,
+from lengthgen_lite.chapters.ch4_law import (
     random_head,
     random_head_outputs,
     standardize,
 )
+from lengthgen_lite.chapters.ch4_vanishing_variance import (
+    argmax_near_misses,
+    attention_output_samples,
+    evaluate_rescaled,
+)
+from lengthgen_lite.core.evaluation import loglog_slope
 from lengthgen_lite.core.hooks import run_with_hooks
 from lengthgen_lite.core.retrieval import (
     RETRIEVAL_VARIANTS,
@@ -360,8 +362,10 @@ def test_argmax_near_misses_counts_runner_up_labels():
 
 # --- the numbers and scorecard rows the notebook asserts and glues --------------------
 
+from lengthgen_lite.chapters import ch4_law as ch4law  # noqa: E402
 from lengthgen_lite.chapters import ch4_vanishing_variance as ch4  # noqa: E402
 from lengthgen_lite.runs.claims import Decision  # noqa: E402
+from lengthgen_lite.viz import ch4_numbers  # noqa: E402
 
 
 def test_end_ratio_and_seed_se():
@@ -372,34 +376,34 @@ def test_end_ratio_and_seed_se():
 
 def test_law_check_on_the_exact_law():
     head, N = random_head(d_model=8, seed=0), [4, 16, 64]
-    sharpness = {ch4.UNIFORM: 0.0, ch4.DIFFUSE: 1.0, ch4.SHARP: 3.0}
+    sharpness = {ch4law.UNIFORM: 0.0, ch4law.DIFFUSE: 1.0, ch4law.SHARP: 3.0}
     law = {k: 1 / np.sqrt(N) for k in sharpness}
     std = {
-        ch4.UNIFORM: law[ch4.UNIFORM],
-        ch4.DIFFUSE: 1.1 * law[ch4.DIFFUSE],
-        ch4.SHARP: 0.95 * law[ch4.SHARP],
+        ch4law.UNIFORM: law[ch4law.UNIFORM],
+        ch4law.DIFFUSE: 1.1 * law[ch4law.DIFFUSE],
+        ch4law.SHARP: 0.95 * law[ch4law.SHARP],
     }
-    all_std = {ch4.UNIFORM: np.tile(law[ch4.UNIFORM][:, None], (1, 8))}
+    all_std = {ch4law.UNIFORM: np.tile(law[ch4law.UNIFORM][:, None], (1, 8))}
     n_eff = {k: np.array(N, dtype=float) for k in sharpness}
-    check = ch4.law_check(head, N, sharpness, std, law, all_std, n_eff, n_sets=1000)
-    assert check.slopes[ch4.UNIFORM] == pytest.approx(-0.5) and np.allclose(
+    check = ch4law.law_check(head, N, sharpness, std, law, all_std, n_eff, n_sets=1000)
+    assert check.slopes[ch4law.UNIFORM] == pytest.approx(-0.5) and np.allclose(
         check.all_slopes, -0.5
     )
-    assert check.law_err[ch4.UNIFORM] == pytest.approx(
+    assert check.law_err[ch4law.UNIFORM] == pytest.approx(
         0.0, abs=1e-12
     ) and check.law_dev == pytest.approx(0.1)
     assert check.rel_se == pytest.approx(1 / np.sqrt(1998))
-    assert list(ch4.law_glue(check, n_eff))[:3] == [
+    assert list(ch4_numbers.law_glue(check, n_eff))[:3] == [
         "slope_uniform",
         "slope_diffuse",
         "slope_sharp",
     ]
-    margins, detail = ch4.law_margins(check, n_sets=1000)
+    margins, detail = ch4law.law_margins(check, n_sets=1000)
     # in standard errors: 5 - 0 for the slope, (0.15 - 0.1) / rel_se for the law
     assert margins[0] == pytest.approx(5.0)
     assert margins[1] == pytest.approx(0.05 / check.rel_se)
     assert margins[2] == pytest.approx(0.5 * 0.95 / check.slope_se, rel=0.2)
-    row = ch4.LAW_CLAIM.demonstrate(margins, detail, spread=1.0)
+    row = ch4law.LAW_CLAIM.demonstrate(margins, detail, spread=1.0)
     assert isinstance(row, Decision) and row.word == "demonstration"
     assert row.claim.key == "ch4-score-law" and "1000 input sets per N" in row.number
 
@@ -422,7 +426,9 @@ def test_paired_gains_sampling_bounds_and_the_layernorm_row():
     np.testing.assert_allclose(gain["dictionary lookup"]["layernorm"], 0.3)
     pair_se, long_se = ch4.sampling_bounds(400, 2, 2)
     assert pair_se == pytest.approx(0.05) and long_se == pytest.approx(0.025)
-    glued = ch4.gain_glue(accuracy, gain, np.array([False, True, True]), long_se)
+    glued = ch4_numbers.gain_glue(
+        accuracy, gain, np.array([False, True, True]), long_se
+    )
     assert (
         glued["gain_dict_layernorm_1024"] == 0.3
         and glued["gain_argmax_layernorm_1024"] == 0.0
@@ -518,8 +524,8 @@ def test_shift_ratios_glue_and_rows():
         (t, v) for t in runs for v in ("baseline", "layernorm", "standardize")
     }
     assert (
-        ch4.shift_glue(shift)["after_dict"] == 0.6
-        and ch4.shift_glue(shift)["shrink_argmax"] == 0.25
+        ch4_numbers.shift_glue(shift)["after_dict"] == 0.6
+        and ch4_numbers.shift_glue(shift)["shrink_argmax"] == 0.25
     )
     shift = dataclasses.replace(
         shift,
@@ -562,15 +568,15 @@ def test_attention_collapse():
 
 def test_head_monte_carlo_and_the_glue_builders():
     head, N = random_head(d_model=8, seed=0), [4, 16]
-    std, law, n_eff, all_std = ch4.head_monte_carlo(
-        head, N, {ch4.UNIFORM: 0.0, ch4.SHARP: 3.0}, n_sets=50
+    std, law, n_eff, all_std = ch4law.head_monte_carlo(
+        head, N, {ch4law.UNIFORM: 0.0, ch4law.SHARP: 3.0}, n_sets=50
     )
-    assert all_std[ch4.SHARP].shape == (2, 8) and std[ch4.UNIFORM].shape == (2,)
-    np.testing.assert_allclose(n_eff[ch4.UNIFORM], N, rtol=1e-5)
-    np.testing.assert_allclose(law[ch4.UNIFORM], head.value_std[0] / np.sqrt(N))
+    assert all_std[ch4law.SHARP].shape == (2, 8) and std[ch4law.UNIFORM].shape == (2,)
+    np.testing.assert_allclose(n_eff[ch4law.UNIFORM], N, rtol=1e-5)
+    np.testing.assert_allclose(law[ch4law.UNIFORM], head.value_std[0] / np.sqrt(N))
     acc = [np.array([[0.9, 0.97, 0.2]]), np.array([[1.0, 0.99, 0.5]])]
     losses = {("a", "b"): np.array([0.01, 0.052])}
-    assert ch4.fit_glue(losses, acc, 1) == {"loss_max": 0.05, "acc16_min": 0.97}
+    assert ch4_numbers.fit_glue(losses, acc, 1) == {"loss_max": 0.05, "acc16_min": 0.97}
     collapse = ch4.AttentionCollapse(
         normed_gap={("x", "y"): np.array([0.1, 0.234])},
         seed_spread={},
@@ -578,7 +584,7 @@ def test_head_monte_carlo_and_the_glue_builders():
         neff_at_largest={"argmax retrieval": 512.5, "dictionary lookup": 1025.0},
         neff_ratio_argmax=1.26,
     )
-    glued = ch4.collapse_glue(collapse, 1024)
+    glued = ch4_numbers.collapse_glue(collapse, 1024)
     assert list(glued)[0] == "neff_ratio_argmax" and glued["neff_dict_share"] == 1.0
     assert glued["target_gap_max"] == 0.23 and glued["target_argmax_1024"] == 0.11
     misses = [ch4.NearMisses(0.5, 0.6, 0.3439), ch4.NearMisses(0.7, 0.8, 0.3439)]
@@ -586,6 +592,6 @@ def test_head_monte_carlo_and_the_glue_builders():
         "dictionary lookup": np.array([[0.1, 0.2, 0.3], [0.3, 0.2, 0.1]]),
         "argmax retrieval": np.array([[0.0, -0.02, 0.01], [0.0, 0.0, 0.01]]),
     }
-    glued = ch4.rescaling_glue(bolt, np.array([False, True, True]), misses)
+    glued = ch4_numbers.rescaling_glue(bolt, np.array([False, True, True]), misses)
     assert glued["bolt_dict_long"] == 0.2 and glued["bolt_argmax_max"] == 0.01
     assert glued["near_chance"] == 0.344 and glued["argmax_error_1024"] == 0.6

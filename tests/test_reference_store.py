@@ -23,7 +23,7 @@ def test_the_store_holds_every_configuration_with_provenance(name):
     assert spec.scale == "reference" and len(spec.seeds) >= 10
     missing = results.provenance["missing"]
     assert (name in reference.IN_PROGRESS) or not missing
-    assert len(results.training) == len(spec.configurations()) - len(missing) > 0
+    assert len(results.stored_training) == len(spec.configurations()) - len(missing) > 0
     for part in results.provenance["parts"]:
         assert part["git_commit"] and part["cpu"] and part["wall_seconds"] > 0
 
@@ -32,7 +32,7 @@ def test_the_store_holds_every_configuration_with_provenance(name):
 def test_one_seed_retrained_to_the_first_checkpoint_gives_the_stored_row(name):
     results = reference.load(name)
     spec = results.spec
-    index = min(results.training)  # the first stored configuration
+    index = min(results.stored_training)  # the first stored configuration
     first = spec.checkpoints[0]
     config = spec.configurations()[index]
     assert config.schedule == "constant", "a shorter run is the same run's prefix"

@@ -175,7 +175,7 @@ def test_stored_loss_windows_flag_a_collapsed_seed():
             "loss_windows": windows,
             "converged": converged,
         }
-    stored = Results(results.spec, results.rows, training=training)
+    stored = Results(results.spec, results.rows, stored_training=training)
     counts = unstable_counts(stored)
     assert sorted(counts.values()) == [0, 0, 0, 3]
     effects = paired_effects(

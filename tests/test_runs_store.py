@@ -35,7 +35,7 @@ def test_a_sweep_saves_one_file_per_configuration_with_provenance(swept):
     assert np.array(data["training"]["loss_windows"]).shape == (3, store.LOSS_WINDOWS)
     assert results.spec.scale == "reference" and results.seeds == [0, 1, 2]
     assert results.key_metric() == "tv_beyond"
-    assert results.training.keys() == {0, 1}
+    assert results.stored_training.keys() == {0, 1}
 
 
 def test_rows_carry_their_checkpoint_and_default_to_the_last_step(swept):

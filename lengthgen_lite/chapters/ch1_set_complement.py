@@ -84,9 +84,6 @@ def train_baseline(
     )
 
 
-# --- what chapter 1 reads off the baseline (notebook 01) ------------------------------
-
-
 def greedy_prediction(seen: Tensor) -> Tensor:
     """All probability on the smallest legal (unseen) token: [..., v] bool -> float.
 

@@ -102,9 +102,6 @@ def scaled_min_weight(pattern: np.ndarray) -> np.ndarray:
     )
 
 
-# --- the chapter's measurements on trained models (notebook 02) ----------------------
-
-
 #: The smallest difference of departure from uniform, ``|s a - 1|``, the chapter counts:
 #: a twentieth of a token's uniform share, fixed before looking.
 DEPARTURE_SESOI = 0.05

@@ -252,9 +252,6 @@ def dimension_sweep(
     )
 
 
-# --- what chapter 3 reads off its width sweeps, and its scorecard rows (notebook 03) -
-
-
 def fits_at(
     sweeps: Mapping[int, DimensionSweep], threshold: float, offset: int
 ) -> dict[int, int]:

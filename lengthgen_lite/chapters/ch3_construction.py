@@ -27,7 +27,7 @@ import torch
 from torch import Tensor, nn
 
 from ..core import metrics
-from ..core.evaluation import PrefixProfile, prefix_profile
+from ..core.evaluation import ATTN_OUT, PATTERN, PrefixProfile, prefix_profile
 from ..core.hooks import run_with_cache
 from ..core.model import ModelConfig, Transformer
 from ..core.seeding import make_generator
@@ -63,9 +63,6 @@ def _check_s(v: int, s: int) -> None:
         raise ValueError(
             f"prefix length s must be an int in 1..v-1 = 1..{v - 1}, got {s!r}"
         )
-
-
-# --- the minimal construction (theorem part a) ----------------------------------------
 
 
 def complement_basis(v: int) -> Tensor:
@@ -189,9 +186,6 @@ def construction_tv(v: int, C: float, s: int, delta: float = 1.0) -> float:
     return present / (present + (v - s))
 
 
-# --- the norm: token-space models (the LN gap) ----------------------------------------
-
-
 def ln_gap(v: int, s: int, scale: float = 1.0, eps: float = 0.0) -> float:
     """Present-minus-absent gap after standardising h = (scale/s) * (indicator of the s
     seen tokens).
@@ -286,9 +280,6 @@ def token_space_margin(
     return gain * (1.0 + gap) if s == 1 else gain * gap
 
 
-# --- the two token-space models side by side, and margins on every input --------------
-
-
 @dataclass(frozen=True)
 class NormComparison:
     """The two token-space constructions (no norm, LN on the attention output) at one
@@ -324,9 +315,6 @@ def margins_all_inputs(model: nn.Module, v: int, s: int) -> Tensor:
     """The logit margin on every input of length s (all v!/(v-s)! of them): [n_inputs]
     float."""
     return prefix_margins(model, enumerate_sequences(v, s))[:, -1]
-
-
-# --- the chapter's checks of the construction, and its scorecard rows (notebook 03) -
 
 
 @dataclass(frozen=True)
@@ -451,7 +439,7 @@ class LnGapCheck:
 def ln_gap_check(v: int, C: float) -> LnGapCheck:
     """Read the LN gap off the hand-built model's logits and its attention output."""
     model = token_space_construction(v, C, "attn_out")
-    names = ["blocks.0.attn.hook_pattern", "blocks.0.hook_attn_out"]
+    names = [PATTERN, ATTN_OUT]
     _, cache = run_with_cache(model, torch.arange(v - 1)[None], names=names)
     pattern, raw = (cache[name][0] for name in names)  # features = token coordinates
     g = -float(model.unembed.weight[0, 0].detach())  # the model's own gain: U = -g I

@@ -71,9 +71,6 @@ def requantize(model: Any, bits: int, block: int = 32) -> Any:
     return coarse
 
 
-# --- inputs ---------------------------------------------------------------------------
-
-
 def natural_text() -> str:
     """The offline natural text: prose paragraphs of the Python Language Reference (PSF
     License), shipped in ``lengthgen_lite/data`` (comment lines at the top say where it
@@ -111,9 +108,6 @@ def text_windows(
     if start_id is None:
         return ids
     return torch.cat([torch.full((n_sequences, 1), start_id), ids], dim=1)
-
-
-# --- the measurement ------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
@@ -366,8 +360,6 @@ def text_token_ids(tokenizer: Any) -> list[int]:
     """The shipped natural text, tokenised once (no special tokens)."""
     return tokenizer(natural_text(), add_special_tokens=False)["input_ids"]
 
-
-# --- the chapter's summary of the Llama measurements ----------------------------------
 
 F = "feature (median)"  # the per-feature spread the claims are about
 # a layer "has no sink" below this weight on BOS at the longest N (the book's)

@@ -1,11 +1,6 @@
-"""Vanishing variance (chapter 4): the Monte-Carlo law, the distribution-shift
-statistics, and the retrieval experiments (spec, per-N evaluation, interventions).
-
-A single attention head with a fixed query over N i.i.d. items outputs ``o = sum_i a_i
-v_i``. With uniform weights ``Var(o_j) = sigma_j^2 / N``; with weights independent of
-zero-mean values ``Var(o_j) = sigma_j^2 E[1 / N_eff]``, ``N_eff = 1 / sum_i a_i^2``.
-``random_head_outputs`` samples ``o`` so a notebook can check both;
-``core.retrieval.shift_statistics`` summarises any [samples, d] set of outputs.
+"""Vanishing variance (chapter 4): the retrieval experiments (spec, per-N evaluation,
+interventions), the distribution-shift statistics, and the claims they decide. The
+Monte-Carlo law is :mod:`~lengthgen_lite.chapters.ch4_law`'s.
 
 The retrieval model itself (``RetrievalTransformer``, ``retrieval_config``), the two
 tasks and their per-N evaluation live in :mod:`lengthgen_lite.core.retrieval`. The
@@ -22,7 +17,6 @@ read them back from the ``Results``.
 from __future__ import annotations
 
 import itertools
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -30,10 +24,9 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
-from ..core.evaluation import loglog_slope
+from ..core.evaluation import ATTN_OUT
 from ..core.hooks import hook_names
 from ..core.retrieval import (
-    ATTN_OUT,
     EVAL_CHUNK,
     N_COMPONENTS,
     NORMED,
@@ -49,135 +42,7 @@ from ..core.training import TrainResult
 from ..core.validation import is_int, require_int
 from ..runs import Results, Spec
 from ..runs.claims import Claim, Decision, Effect
-
-
-@dataclass(frozen=True)
-class RandomHead:
-    """One random head: W_Q, W_K, W_V ~ N(0, 1/d_model) entries, a fixed query q ~ N(0,
-    I)."""
-
-    w_q: Tensor  # [d_model, d_model]
-    w_k: Tensor  # [d_model, d_model]
-    w_v: Tensor  # [d_model, d_model]
-    query: Tensor  # [d_model]
-
-    @property
-    def d_model(self) -> int:
-        return self.query.shape[0]
-
-    def logit_std(self, logit_scale: float) -> float:
-        """tau: the std of the logits s_i for x ~ N(0, I) (they are Gaussian, N(0,
-        tau^2))."""
-        return float(
-            logit_scale
-            * (self.w_k.T @ (self.w_q @ self.query)).norm()
-            / math.sqrt(self.d_model)
-        )
-
-    @property
-    def value_std(self) -> np.ndarray:
-        """sigma_j = std of v_ij = ||row j of W_V|| for x ~ N(0, I): [d_model]."""
-        return self.w_v.norm(dim=1).numpy()
-
-
-def random_head(d_model: int = 64, seed: int = 0) -> RandomHead:
-    """The head's weights, fixed by ``seed`` (its own generator: independent of the
-    items' stream)."""
-    if not is_int(d_model) or d_model < 1:
-        raise ValueError(f"d_model must be a positive int, got {d_model!r}")
-    g = make_generator(seed)
-    w_q, w_k, w_v = (
-        torch.randn(d_model, d_model, generator=g) / math.sqrt(d_model)
-        for _ in range(3)
-    )
-    return RandomHead(w_q, w_k, w_v, torch.randn(d_model, generator=g))
-
-
-@dataclass(frozen=True)
-class HeadSample:
-    """Outputs of one head on ``n_sequences`` fresh sets of N items."""
-
-    outputs: Tensor  # [n_sequences, d_model]: o = sum_i a_i W_V x_i
-    n_eff: Tensor  # [n_sequences]: 1 / sum_i a_i^2
-
-
-@torch.no_grad()
-def random_head_outputs(
-    head: RandomHead,
-    N: int,
-    n_sequences: int,
-    logit_scale: float,
-    generator: torch.Generator,
-    chunk: int = 32,
-    item_mean: float = 0.0,
-) -> HeadSample:
-    """Sample x_i ~ N(item_mean, I), i = 1..N, ``n_sequences`` times; logits
-    ``logit_scale q W_Q^T W_K x_i / sqrt(d)``.
-
-    ``logit_scale`` sets the sharpness: 0 gives exactly uniform attention, larger is
-    sharper. ``item_mean`` shifts every item by the same constant vector (every entry
-    ``item_mean``): the values then have a non-zero mean, and the logits all move by one
-    constant, which the softmax ignores. Sequences are drawn ``chunk`` at a time: small
-    chunks keep every tensor in reused memory instead of fresh pages from the system (at
-    N = 1024 that halves the cost).
-    """
-    for name, value in (("N", N), ("n_sequences", n_sequences), ("chunk", chunk)):
-        if not is_int(value) or value < 1:
-            raise ValueError(f"{name} must be a positive int, got {value!r}")
-    if not math.isfinite(logit_scale) or logit_scale < 0:
-        raise ValueError(
-            f"logit_scale must be a finite number >= 0, got {logit_scale!r}"
-        )
-    if not math.isfinite(item_mean):
-        raise ValueError(f"item_mean must be a finite number, got {item_mean!r}")
-    d = head.d_model
-    # [d]: s_i = x_i . key_direction
-    key_direction = head.w_k.T @ (head.w_q @ head.query) / math.sqrt(d)
-    outputs, n_eff = [], []
-    for start in range(0, n_sequences, chunk):
-        # [chunk, N, d]
-        x = (
-            torch.randn(min(chunk, n_sequences - start), N, d, generator=generator)
-            + item_mean
-        )
-        weights = (logit_scale * (x @ key_direction)).softmax(dim=-1)  # [chunk, N]
-        # [chunk, d]
-        outputs.append(torch.einsum("bn,bnd->bd", weights, x @ head.w_v.T))
-        n_eff.append(1.0 / weights.square().sum(dim=-1))
-    return HeadSample(torch.cat(outputs), torch.cat(n_eff))
-
-
-def standardize(outputs: Tensor, eps: float = 1e-5) -> Tensor:
-    """(o - mean(o)) / std(o) over the last (feature) axis: LayerNorm without its
-    affine."""
-    return torch.nn.functional.layer_norm(outputs, outputs.shape[-1:], eps=eps)
-
-
-def head_monte_carlo(
-    head: RandomHead,
-    N: Sequence[int],
-    sharpness: dict[str, float],
-    n_sets: int = 1000,
-    seed: int = 1,
-) -> tuple[dict[str, np.ndarray], ...]:
-    """Section 1's Monte Carlo: per sharpness label, on the same ``n_sets`` input sets
-    per N (``seed``): the std of o_0 [len(N)], the law's prediction
-    sigma_0 sqrt(E[1/N_eff]) [len(N)], the mean N_eff [len(N)], and every component's
-    std [len(N), d_model]."""
-    std, law, n_eff, all_std = {}, {}, {}, {}
-    for label, scale in sharpness.items():
-        gen = make_generator(seed)  # the same input sets for every sharpness
-        samples = [random_head_outputs(head, n, n_sets, scale, gen) for n in N]
-        all_std[label] = np.array([s.outputs.std(dim=0).numpy() for s in samples])
-        std[label] = all_std[label][:, 0]  # the fixed component j = 0
-        law[label] = head.value_std[0] * np.sqrt(
-            [(1 / s.n_eff).mean().item() for s in samples]
-        )
-        n_eff[label] = np.array([s.n_eff.mean().item() for s in samples])
-    return std, law, n_eff, all_std
-
-
-# --- the retrieval experiments --------------------------------------------------------
+from .ch1_set_complement import REFERENCE_AXES
 
 TEST_SIZES = (8, 16, 32, 64, 128, 256, 512, 1024)
 
@@ -203,24 +68,27 @@ def attention_output_samples(
     return cache[ATTN_OUT][:, -1], cache[NORMED][:, -1] if normed else None
 
 
-# --- the chapter's experiment, declared as data ---------------------------------------
-
 # the notebook's task names -> the registry's (core.task_registry.TASKS)
 TASK_IDS = {
     "argmax retrieval": "argmax_retrieval",
     "dictionary lookup": "dictionary_lookup",
 }
+
+
 SEEDS = (0, 1, 2)
-# The reference scale's sensitivity axes (issue 19); the steps axis is the checkpoints
-# (1000, 3000, 6000). The book's init against PyTorch's own, two learning rates.
-REFERENCE_AXES = {"init": ("book", "torch"), "lr": (1e-3, 3e-3)}
+
+
 # The reviewers' components, each against its absence in every cell, and the variants
 # each is trained with: an item MLP (hidden width) for argmax retrieval, with every
 # variant (LayerNorm's claim must hold with it); biases on W_V/W_O for the mean drift,
 # without a norm only (the drift is read before the norm, and only without one does it
 # reach what comes after).
 ITEM_MLP = 64
+
+
 ALL_VARIANTS = tuple(RETRIEVAL_VARIANTS)
+
+
 REFERENCE_COMPONENTS: dict[
     str, tuple[tuple[dict[str, object], tuple[str, ...]], ...]
 ] = {
@@ -235,8 +103,8 @@ REFERENCE_COMPONENTS: dict[
 
 def reference_configs() -> list[dict[str, object]]:
     """The reference sweep's configurations: per task, its components x their variants
-    x init x lr (a list, not a grid: a variant is two fields, and the item MLP is
-    argmax retrieval's only).
+    x init x lr (chapter 1's ``REFERENCE_AXES``; a list, not a grid: a variant is two
+    fields, and the item MLP is argmax retrieval's only).
 
     Constant learning rate after the warm-up, not the live run's cosine: a checkpoint
     of a constant-rate run is the shorter run's end, so the checkpoints are honest
@@ -289,9 +157,6 @@ SPECS: dict[str, Spec] = {
 }
 
 
-# --- reading the results --------------------------------------------------------------
-
-
 def field(results: Results, name: str, task: str, variant: str) -> np.ndarray:
     """One per-size field of one trained variant: [K, len(N)] (``feature_var``: [K,
     len(N), 3]). ``task`` is the notebook's name ("dictionary lookup"), ``variant`` one
@@ -329,19 +194,6 @@ def final_losses(results: Results, last: int = 50) -> dict[tuple[str, str], np.n
         (t, v): trained(results, t, v).loss[-last:].mean(0)
         for t in TASK_IDS
         for v in RETRIEVAL_VARIANTS
-    }
-
-
-def fit_glue(
-    final_loss: dict[tuple[str, str], np.ndarray],
-    accuracy: Sequence[np.ndarray],
-    at16: int,
-) -> dict[str, float]:
-    """The fit numbers the prose quotes: the largest final loss, the smallest accuracy
-    at N = 16 (``accuracy``: every model's [K, len(N)])."""
-    return {
-        "loss_max": round(float(max(loss.max() for loss in final_loss.values())), 2),
-        "acc16_min": round(float(min(acc[:, at16].min() for acc in accuracy)), 2),
     }
 
 
@@ -428,9 +280,6 @@ def argmax_near_misses(
     )
 
 
-# --- what the chapter asserts and scores, computed here, asserted in the notebook ---
-
-
 def end_ratio(x: np.ndarray) -> np.ndarray:
     """Value at the largest N over value at the smallest, per seed: [K, len(N), ...] ->
     [K, ...]."""
@@ -440,106 +289,6 @@ def end_ratio(x: np.ndarray) -> np.ndarray:
 def seed_se(x: np.ndarray) -> float:
     """Standard error of the mean over seeds of ``x`` [K]."""
     return float(np.std(x, ddof=1) / np.sqrt(len(x)))
-
-
-@dataclass(frozen=True)
-class LawCheck:
-    """The Monte Carlo of the law (a random head, ``n_sets`` input sets per N),
-    summarised."""
-
-    slopes: dict[str, float]  # log-log slope of std(o_0) against N, per sharpness label
-    all_slopes: np.ndarray  # [d_model]: uniform attention, every component's slope
-    law_err: dict[str, float]  # largest |std / (sigma sqrt(E[1/N_eff])) - 1| over N
-    rel_se: float  # relative standard error of a std from n_sets Gaussian samples
-    slope_se: float  # standard error of a fitted slope over the independent points of N
-    tau: dict[str, float]  # the logits' std per sharpness
-    # N E[1/N_eff] at the largest N over its limit e^(tau^2)
-    limit_share: dict[str, float]
-
-    @property
-    def law_dev(self) -> float:
-        return max(self.law_err.values())
-
-
-UNIFORM, DIFFUSE, SHARP = "uniform (scale 0)", "diffuse (scale 1)", "sharp (scale 3)"
-
-
-def law_check(
-    head: RandomHead,
-    N: Sequence[int],
-    sharpness: dict[str, float],
-    std: dict[str, np.ndarray],
-    law: dict[str, np.ndarray],
-    all_std: dict[str, np.ndarray],
-    n_eff: dict[str, np.ndarray],
-    n_sets: int,
-) -> LawCheck:
-    """Slopes, the law's error and the sampling errors of :func:`random_head_outputs`
-    runs: per sharpness label, ``std`` [len(N)] of o_0, ``law`` its prediction,
-    ``all_std`` [len(N), d] of every component, ``n_eff`` [len(N)] the mean N_eff. A std
-    from M Gaussian samples has relative standard error 1 / sqrt(2 (M - 1)); the slope
-    over N, that over sqrt(sum (log N - mean)^2)."""
-    rel_se = 1 / np.sqrt(2 * (n_sets - 1))
-    log_N = np.log(N)
-    tau = {k: head.logit_std(s) for k, s in sharpness.items()}
-    return LawCheck(
-        slopes={label: loglog_slope(N, y) for label, y in std.items()},
-        all_slopes=np.array(
-            [
-                loglog_slope(N, all_std[UNIFORM][:, j])
-                for j in range(all_std[UNIFORM].shape[1])
-            ]
-        ),
-        law_err={k: float(np.abs(std[k] / law[k] - 1).max()) for k in sharpness},
-        rel_se=rel_se,
-        slope_se=rel_se / np.sqrt(((log_N - log_N.mean()) ** 2).sum()),
-        tau=tau,
-        limit_share={
-            k: N[-1] / n_eff[k][-1] / np.exp(tau[k] ** 2) for k in (DIFFUSE, SHARP)
-        },
-    )
-
-
-def law_glue(check: LawCheck, n_eff: dict[str, np.ndarray]) -> dict[str, float]:
-    """The numbers the prose quotes about the law, unrounded, in the order the chapter
-    glues them."""
-    return {
-        "slope_uniform": check.slopes[UNIFORM],
-        "slope_diffuse": check.slopes[DIFFUSE],
-        "slope_sharp": check.slopes[SHARP],
-        "slope_all_min": check.all_slopes.min(),
-        "slope_all_max": check.all_slopes.max(),
-        "law_dev": check.law_dev,
-        "tau_diffuse": check.tau[DIFFUSE],
-        "tau_sharp": check.tau[SHARP],
-        "neff_sharp_1024": n_eff[SHARP][-1],
-        "share_diffuse": check.limit_share[DIFFUSE],
-        "share_sharp": check.limit_share[SHARP],
-    }
-
-
-def law_margins(check: LawCheck, n_sets: int) -> tuple[np.ndarray, str]:
-    """:data:`LAW_CLAIM`'s demonstration: a Monte Carlo of the law under its own
-    assumptions (i.i.d. inputs, a random head) shows the law at work and how sharpness
-    bends it, but could not have refuted the paper. The margins, each in its own
-    standard errors (> 0 where it holds): uniform attention's slope within 5 of them of
-    -1/2; the law's worst relative error below 15 % (the book's bar for "good");
-    every sharpness's slope below 0. And the row's detail text."""
-    uniform, diffuse, sharp = (check.slopes[k] for k in (UNIFORM, DIFFUSE, SHARP))
-    margins = np.array(
-        [
-            (5 * check.slope_se - abs(uniform + 0.5)) / check.slope_se,
-            (0.15 - check.law_dev) / check.rel_se,
-            -max(check.slopes.values()) / check.slope_se,
-        ]
-    )
-    detail = (
-        f"std slope {uniform:.2f} (uniform), {diffuse:.2f} (diffuse), "
-        f"{sharp:.2f} (sharp attention); "
-        f"sigma sqrt(E[1/N_eff]) within {check.law_dev:.2f} at every N; "
-        f"one random head, {n_sets} input sets per N"
-    )
-    return margins, detail
 
 
 def paired_gains(
@@ -559,37 +308,6 @@ def sampling_bounds(n_sets: int, K: int, n_long: int) -> tuple[float, float]:
     ``n_long`` sizes."""
     pair_se = np.sqrt(1 / n_sets)
     return pair_se, pair_se / np.sqrt(K * n_long)
-
-
-def gain_glue(
-    accuracy: dict[str, dict[str, np.ndarray]],
-    gain: dict[str, dict[str, np.ndarray]],
-    long: np.ndarray,
-    long_se: float,
-) -> dict[str, float]:
-    """The accuracy and gain numbers the prose quotes, rounded to 2 decimals (no
-    "-0.0"), in order."""
-    out: dict[str, float] = {}
-    for t, key in (("dictionary lookup", "dict"), ("argmax retrieval", "argmax")):
-        for v in ("baseline", "layernorm", "standardize"):
-            out[f"acc_{key}_{v}_1024"] = round(float(accuracy[t][v][:, -1].mean()), 2)
-        for v in ("layernorm", "standardize"):
-            out[f"gain_{key}_{v}_1024"] = (
-                round(float(gain[t][v][:, -1].mean()), 2) + 0.0
-            )
-            out[f"gain_{key}_{v}_long"] = round(float(gain[t][v][:, long].mean()), 2)
-        out[f"gainmax_{key}"] = (
-            round(float(max(gain[t][v].mean(0).max() for v in gain[t])), 2) + 0.0
-        )
-        out[f"gainmin_{key}"] = (
-            round(float(min(gain[t][v].mean(0).min() for v in gain[t])), 2) + 0.0
-        )
-    d = "dictionary lookup"
-    out["gain_dict_min_seed"] = round(
-        float(min(gain[d][v][:, -1].min() for v in gain[d])), 2
-    )
-    out["gain_long_bound"] = round(float(2 * long_se), 2)
-    return out
 
 
 def live_cell(results: Results, axes: Sequence[str]) -> dict[str, object]:
@@ -708,35 +426,6 @@ def shift_ratios(results: Results, d_model: int = 64) -> ShiftRatios:
     return ShiftRatios(se, before, after, global_ratio, fixed, pinned, drift)
 
 
-def shift_glue(shift: ShiftRatios) -> dict[str, float]:
-    """The shift numbers the prose quotes, rounded to 2 decimals, in the order the
-    chapter glues them."""
-    tasks = list(shift.fixed)
-    after, before = list(shift.after.values()), [shift.before[k] for k in shift.after]
-    mean_after = {
-        t: np.mean(
-            [float(shift.after[t, v].mean()) for v in ("layernorm", "standardize")]
-        )
-        for t in tasks
-    }
-    change = [shift.pinned_change(t) for t in tasks]
-    return {
-        "shrink_argmax": round(
-            float(shift.before["argmax retrieval", "baseline"].mean()), 2
-        ),
-        "shrink_dict": round(
-            float(shift.before["dictionary lookup", "baseline"].mean()), 2
-        ),
-        "after_shrink_min": round(float(np.min(after)), 2),
-        "after_shrink_max": round(float(np.max(after)), 2),
-        "before_shrink_max": round(float(np.max(before)), 2),
-        "mean_drift_max": round(float(np.max(list(shift.drift.values()))), 2),
-        "ln_pinned_change": round(float(np.exp(np.max(change)) - 1), 2),
-        "after_dict": round(float(mean_after["dictionary lookup"]), 2),
-        "after_argmax": round(float(mean_after["argmax retrieval"]), 2),
-    }
-
-
 @dataclass(frozen=True)
 class AttentionCollapse:
     """How attention on the correct item and N_eff change with N, per task (every
@@ -777,56 +466,9 @@ def attention_collapse(results: Results) -> AttentionCollapse:
     return AttentionCollapse(normed_gap, seed_spread, target, neff_end, float(ratio))
 
 
-def collapse_glue(collapse: AttentionCollapse, largest: int) -> dict[str, float]:
-    """The attention numbers the prose quotes, rounded, in the order the chapter glues
-    them; ``largest`` is the largest N (N_eff is shown as a share of its N + 1 keys)."""
-    a, d = "argmax retrieval", "dictionary lookup"
-    out = {"neff_ratio_argmax": round(collapse.neff_ratio_argmax, 1)}
-    for t, key in ((a, "argmax"), (d, "dict")):
-        out[f"target_{key}_1024"] = round(collapse.target_at_largest[t], 2)
-    for t, key in ((a, "argmax"), (d, "dict")):
-        out[f"neff_{key}_share"] = round(
-            collapse.neff_at_largest[t] / float(largest + 1), 2
-        )
-    gap = max(g.max() for g in collapse.normed_gap.values())
-    return out | {"target_gap_max": round(float(gap), 2)}
-
-
-def rescaling_glue(
-    bolt_gain: dict[str, np.ndarray], long: np.ndarray, misses: Sequence[NearMisses]
-) -> dict[str, float]:
-    """The numbers of the two checks (a norm bolted on at test time, the argmax errors'
-    anatomy) the prose quotes, rounded, in the order the chapter glues them."""
-    d, a = bolt_gain["dictionary lookup"], bolt_gain["argmax retrieval"]
-    near = np.array([m.near_miss for m in misses])
-    return {
-        "bolt_dict_long": round(float(d[:, long].mean(1).mean()), 2),
-        "bolt_dict_1024": round(float(d[:, -1].mean()), 2),
-        "bolt_argmax_max": round(float(np.abs(a.mean(0)).max()), 2),
-        "near_min": round(float(near.min()), 2),
-        "near_max": round(float(near.max()), 2),
-        "near_chance": round(float(misses[0].chance), 3),
-        "argmax_error_1024": round(float(np.mean([m.error_rate for m in misses])), 2),
-    }
-
-
 # The chapter's scorecard claims, declared once (book/scorecard.md).
 # SESOI: 0.03 of accuracy (three queries in a hundred) for the retrieval tasks; 0.05 for
 # a dimensionless ratio of variances or a drift in units of the feature spread.
-#: The scorecard claim ch4-score-law, declared once.
-LAW_CLAIM = Claim(
-    "ch4-score-law",
-    "The variance of attention outputs vanishes with length (std ~ N^-1/2 under "
-    "diffuse attention)",
-    "2504.02827 [paper]; the rate [ours]",
-    metric="log-log slope of the output's std against N",
-    unit="standard errors",
-    # ch4.law_margins: each margin in its own standard errors
-    effect="5 minus |slope + 1/2| (uniform); 0.15 minus the law's relative error; "
-    "minus the shallowest slope",
-    sesoi=None,
-    kind="demonstration",
-)
 #: The scorecard claim ch4-score-ln-dict, declared once.
 LN_DICT_CLAIM = Claim(
     "ch4-score-ln-dict",
@@ -838,6 +480,8 @@ LN_DICT_CLAIM = Claim(
     sesoi=0.03,
     cells=("item_mlp", "init", "lr"),
 )
+
+
 #: The scorecard claim ch4-score-ln-argmax, declared once.
 LN_ARGMAX_CLAIM = Claim(
     "ch4-score-ln-argmax",
@@ -849,6 +493,8 @@ LN_ARGMAX_CLAIM = Claim(
     sesoi=0.03,
     cells=("item_mlp", "init", "lr"),
 )
+
+
 #: The scorecard claim ch4-score-shift, declared once.
 SHIFT_CLAIM = Claim(
     "ch4-score-shift",
@@ -860,6 +506,8 @@ SHIFT_CLAIM = Claim(
     sesoi=0.05,
     cells=("task", "norm_kind", "item_mlp", "init", "lr", "part"),
 )
+
+
 #: The scorecard claim ch4-score-mean-drift, declared once.
 MEAN_DRIFT_CLAIM = Claim(
     "ch4-score-mean-drift",

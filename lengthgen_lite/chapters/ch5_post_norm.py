@@ -27,7 +27,7 @@ import torch
 from torch import Tensor, nn
 
 from ..core import metrics
-from ..core.evaluation import length_metrics
+from ..core.evaluation import ATTN_OUT, PATTERN, length_metrics
 from ..core.hooks import hooks_installed, run_with_cache, run_with_hooks
 from ..core.model import PLACEMENTS, ModelConfig
 from ..core.seeding import make_generator
@@ -119,19 +119,17 @@ def gap_profile(
     seen = seen_mask(tokens, v)
     s = np.arange(1, v)
     inside, _ = _length_ranges(s, train_length)
-    names = ["blocks.0.attn.hook_pattern", "blocks.0.hook_attn_out"]
+    names = [PATTERN, ATTN_OUT]
     norm_name = OUTPUT_NORM.get(model.cfg.norm)
     # what the output norm divides by (recorded: the norm is unchanged)
     if norm_name is not None:
         names.append(f"{norm_name}.hook_scale")
     logits, cache = run_with_cache(model, tokens, names=names)
-    pattern = cache["blocks.0.attn.hook_pattern"]  # [batch, head, query_pos, key_pos]
+    pattern = cache[PATTERN]  # [batch, head, query_pos, key_pos]
     table = length_metrics(logits, target_distribution(tokens, v), pattern=pattern)[0]
     gap, entropy_ratio = table.logit_gap, table.entropy_ratio  # [v-1]
     max_ratio = table.max_attention * s.astype(np.float32)  # s * largest weight
-    attn_out_std = (
-        cache["blocks.0.hook_attn_out"].std(dim=-1, unbiased=False).mean(0).numpy()
-    )
+    attn_out_std = cache[ATTN_OUT].std(dim=-1, unbiased=False).mean(0).numpy()
     if norm_name is None:
         divisor = np.full(v - 1, np.nan)
         frozen_gap = gap
@@ -177,8 +175,6 @@ def growth(profiles: Sequence[GapProfile], field: str = "gap") -> np.ndarray:
     scaled = profiles[0].s * stacked
     return scaled[:, -1] / scaled[:, 0]
 
-
-# --- the chapter's experiments, declared as data --------------------------------------
 
 TARGETS = ("soft", "sampled")
 #: the live run's one cell of the reference grid's init x learning rate

@@ -26,6 +26,7 @@ from . import ch2_attention_dispersion as ch2
 from . import ch4_vanishing_variance as ch4
 from . import ch5_post_norm as ch5
 from . import ch6_ema as ch6
+from . import ch6_search as ch6s
 from . import ch7_beyond_set_complement as ch7
 
 # the live specs whose reference sweeps this page reads, in the book's order
@@ -320,7 +321,7 @@ def final_cells(claim: Decision, **where: object) -> list[Effect]:
     return cells
 
 
-# --- chapters 6 and 7: each effect is a difference on the same seeds (an averaged
+# Chapters 6 and 7: each effect is a difference on the same seeds (an averaged
 # model against the raw weights of the same training, or one configuration against
 # another), > 0 when the claim holds.
 
@@ -417,7 +418,7 @@ def search_finds(search: Results) -> Decision:
         effects += _labelled(drop, remedy=f"resid_dropout {rate:g}")
     ema = level_effects(search, _raw_minus(_averagers(search, "ema")[0]))
     effects += _labelled(ema, remedy="ema")
-    return ch6.SEARCH_CLAIM.decide(effects, "reference")
+    return ch6s.SEARCH_CLAIM.decide(effects, "reference")
 
 
 GAME = {"task": "tictactoe", "targets": "sampled"}

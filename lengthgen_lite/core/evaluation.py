@@ -48,6 +48,7 @@ class LengthTable:
 
 
 PATTERN = "blocks.0.attn.hook_pattern"  # the attention the attention metrics read
+ATTN_OUT = "blocks.0.hook_attn_out"  # what the attention adds to the residual
 
 
 def _check_batch(

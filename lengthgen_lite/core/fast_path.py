@@ -62,9 +62,6 @@ INDUCTOR_CACHE = pathlib.Path(__file__).resolve().parents[2] / "_build" / "induc
 INDUCTOR_VARIABLE = "TORCHINDUCTOR_CACHE_DIR"
 
 
-# --- the model's fast forward ---------------------------------------------------------
-
-
 def _matmul(a: Tensor, b: Tensor, broadcast: bool) -> Tensor:
     """``a @ b``; ``broadcast``: as a broadcast product summed over the shared axis. The
     attention's products are one tiny matrix per (seed, sequence, head) at a handful of
@@ -160,9 +157,6 @@ class FastForward(nn.Module):
         return fast_forward(self.model, tokens, self.tables, self.broadcast)
 
 
-# --- which parts apply ----------------------------------------------------------------
-
-
 @dataclass(frozen=True)
 class PathPlan:
     """Which parts of the fast path a training uses; every part off is the reference
@@ -227,9 +221,6 @@ def plan_path(
     return PathPlan(chunked, fast_model, tables, pays and fixed_shapes and not dropout)
 
 
-# --- chunked data ---------------------------------------------------------------------
-
-
 def chunked_batches(
     task: NoiseSampler, cfg: TrainConfig, streams: Sequence[torch.Generator]
 ) -> Iterator[Batch]:
@@ -269,9 +260,6 @@ def chunked_batches(
             Batch(*step)
             for step in zip(*map(steps_first, (data.inputs, targets, data.loss_mask)))
         )
-
-
-# --- the compiled step ----------------------------------------------------------------
 
 
 def _adamw_rows(cfg: TrainConfig, beta1: float, beta2: float) -> Tensor:

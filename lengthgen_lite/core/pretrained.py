@@ -51,9 +51,6 @@ def offline() -> None:
     os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 
 
-# --- MiniLM ---------------------------------------------------------------------------
-
-
 def minilm_path() -> Path:
     """The folder of the packaged MiniLM weights (config.json, model.safetensors,
     vocab.txt)."""
@@ -74,9 +71,6 @@ def load_minilm() -> Any:
     return BertModel.from_pretrained(
         minilm_path(), local_files_only=True, attn_implementation="eager"
     ).eval()
-
-
-# --- SmolLM2: download, check, convert, cache -----------------------------------------
 
 
 def cache_dir() -> Path:
@@ -190,9 +184,6 @@ def load_tokenizer() -> Any:
     from transformers import AutoTokenizer
 
     return AutoTokenizer.from_pretrained(folder / "tokenizer", local_files_only=True)
-
-
-# --- what both measurements share -----------------------------------------------------
 
 
 def random_init_like(model: Any, seed: int = 0, **options: Any) -> Any:

@@ -28,7 +28,7 @@ import torch
 from torch import Tensor, nn
 
 from . import metrics
-from .evaluation import PATTERN
+from .evaluation import ATTN_OUT, PATTERN
 from .hooks import HookFn, HookPoint, hook_names, run_with_cache
 from .model import MLP, ModelConfig, Transformer
 from .seeding import make_generator
@@ -380,7 +380,6 @@ def shift_statistics(outputs: Tensor) -> ShiftStatistics:
     )
 
 
-ATTN_OUT = "blocks.0.hook_attn_out"
 NORMED = "blocks.0.ln_attn_out.hook_normalized"
 
 N_COMPONENTS = 3  # fixed components whose variance a table keeps

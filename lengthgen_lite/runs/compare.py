@@ -43,16 +43,16 @@ def training_state(results: Results, config: int, step: int) -> tuple[bool, np.n
     which a rising loss fails), and which of its seeds had collapsed by then: from a
     stored sweep's loss windows, or from a live run's loss curve. A configuration with
     neither (a live run loaded from disk): not converged, no seed flagged."""
-    if config in results.training:
-        training = results.training[config]
+    if config in results.stored_training:
+        training = results.stored_training[config]
         ends = np.asarray(training["window_ends"])
         windows = np.asarray(training["loss_windows"], dtype=float)[:, ends <= step]
         flat = bool(training["converged"][str(step)]) and not rising(
             windows, ends[ends <= step], step
         )
         return flat, unstable_seeds(windows)
-    if config in results.trained:
-        loss = results.trained[config].loss[:step]
+    if config in results.live_training:
+        loss = results.live_training[config].loss[:step]
         flat = len(loss) >= MIN_PLATEAU_STEPS and converged(loss, len(loss))
         return flat, collapsed_in(loss)
     return False, np.zeros(len(results.seeds), dtype=bool)

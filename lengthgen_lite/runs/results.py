@@ -115,15 +115,16 @@ def provenance(wall_seconds: float, command: str | None = None) -> dict[str, Any
 
 @dataclass
 class Results:
-    """Rows of one experiment, its spec and provenance; ``trained`` (in memory) per
-    configuration."""
+    """Rows of one experiment, its spec and provenance, and per configuration how it
+    trained: ``live_training`` (a run in this process: the models and loss curves, in
+    memory only) or ``stored_training`` (a stored reference sweep's loss summary,
+    :func:`~lengthgen_lite.runs.store.training_summary`)."""
 
     spec: Spec
     rows: list[dict[str, Any]]
     provenance: dict[str, Any] = field(default_factory=dict)
-    trained: dict[int, TrainResult] = field(default_factory=dict, repr=False)
-    # a stored reference sweep's training summary per configuration (runs.store)
-    training: dict[int, dict[str, Any]] = field(default_factory=dict, repr=False)
+    live_training: dict[int, TrainResult] = field(default_factory=dict, repr=False)
+    stored_training: dict[int, dict[str, Any]] = field(default_factory=dict, repr=False)
 
     def __post_init__(self) -> None:
         self.configs: list[Config] = self.spec.configurations()
@@ -225,9 +226,9 @@ class Results:
             raise ValueError(
                 f"{where!r} matches {len(configs)} configurations; one is needed"
             )
-        if configs[0] not in self.trained:
+        if configs[0] not in self.live_training:
             raise ValueError("the trained models are not kept in a loaded results file")
-        return self.trained[configs[0]]
+        return self.live_training[configs[0]]
 
     def summary(
         self, metrics: Sequence[str], keys: Sequence[str] | None = None, **where: Any

@@ -28,6 +28,7 @@ import itertools
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any, get_args
 
 from ..core.averaging import make_bema, make_ema
@@ -350,7 +351,11 @@ class Spec:
 
     def configurations(self) -> list[Config]:
         """Every configuration, in order: the grid's combinations, then the listed
-        ones."""
+        ones (built once per spec: a run reads them once per configuration)."""
+        return list(self._configurations)
+
+    @cached_property
+    def _configurations(self) -> tuple[Config, ...]:
         listed = [dict(c) for c in self.configs]
         keys = list(self.grid)
         combos = [
@@ -365,7 +370,7 @@ class Spec:
         for i, values in enumerate(combos + listed):
             path = f"configs[{i - len(combos)}]" if i >= len(combos) else f"grid[{i}]"
             out.append(_config(path, {**self.base, **values, **steps}))
-        return out
+        return tuple(out)
 
     def varying(self) -> tuple[str, ...]:
         """The config fields that differ between configurations (a results table's key

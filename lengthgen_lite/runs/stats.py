@@ -17,12 +17,16 @@ converged at a step when that share, on the seeds' mean loss, is within
 ``PLATEAU_TOLERANCE`` (1%) of zero on *either* side: a loss that rises again has not
 converged (:func:`rising` reads the rise from a stored sweep's loss windows).
 :func:`unstable_seeds` flags a seed whose loss ended well above its own best.
+
+A random search (chapter 6) is read by main-effects least squares:
+:func:`factor_importance` says how much each factor explains.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Literal, get_args
 
 import numpy as np
 from scipy import stats as scipy_stats
@@ -236,15 +240,99 @@ def unstable_seeds(windows: np.ndarray) -> np.ndarray:
     return (windows[:, -1] - best) > UNSTABLE_RISE * fall
 
 
+# A random search's factors (chapter 6): which one explains the response.
+
+FactorKind = Literal["categorical", "numeric", "log"]
+
+
+@dataclass(frozen=True)
+class FactorFit:
+    """A main-effects least-squares fit of one response on the factors of a search."""
+
+    r_squared: float  # of the full fit
+    importance: dict[str, float]  # factor -> drop in R^2 when it is left out
+    # factor -> {level: effect vs the first level} or {"slope": per unit / per decade}
+    effects: dict[str, dict[str, float]]
+
+
+def factor_importance(
+    rows: Sequence[Mapping[str, object]],
+    response: str,
+    factors: Mapping[str, FactorKind],
+) -> FactorFit:
+    """How much each factor explains: the drop in R^2 of a main-effects least-squares
+    fit without it.
+
+    Categorical factors enter as one-hot columns (levels sorted as strings; effects
+    relative to the first), ``numeric`` as they are, ``log`` as log10 (slope per
+    decade). The drops need not add up to the full R^2 (factors can share explained
+    variance).
+    """
+    if not rows:
+        raise ValueError("rows must hold at least one row")
+    for name, kind in factors.items():
+        if kind not in get_args(FactorKind):
+            raise ValueError(
+                f"factor {name!r} has kind {kind!r}; allowed: {get_args(FactorKind)}"
+            )
+        if any(name not in row for row in rows):
+            raise ValueError(f"factor {name!r} is missing from some rows")
+    y = np.array([float(row[response]) for row in rows])  # type: ignore[arg-type]
+    columns = {name: factor_columns(rows, name, kind) for name, kind in factors.items()}
+    full, coef = _fit(y, [block for block, _ in columns.values()])
+    importance = {
+        name: full
+        - _fit(y, [block for other, (block, _) in columns.items() if other != name])[0]
+        for name in factors
+    }
+    effects, start = {}, 1
+    for name, (block, labels) in columns.items():
+        effects[name] = {
+            label: float(c)
+            for label, c in zip(labels, coef[start : start + block.shape[1]])
+        }
+        start += block.shape[1]
+    return FactorFit(r_squared=full, importance=importance, effects=effects)
+
+
+def factor_columns(
+    rows: Sequence[Mapping[str, object]], name: str, kind: FactorKind
+) -> tuple[np.ndarray, list[str]]:
+    """One factor's design columns over ``rows`` and their labels: one-hot columns
+    for a categorical factor (levels sorted as strings, the first left out), else one
+    column (log10 for ``log``) labelled ``"slope"``."""
+    values = [row[name] for row in rows]
+    if kind == "categorical":
+        levels = sorted({str(v) for v in values})
+        block = np.array(
+            [[float(str(v) == level) for level in levels[1:]] for v in values]
+        ).reshape(len(rows), -1)
+        return block, levels[1:]
+    numbers = np.array([float(v) for v in values])  # type: ignore[arg-type]
+    return (np.log10(numbers) if kind == "log" else numbers)[:, None], ["slope"]
+
+
+def _fit(y: np.ndarray, blocks: Sequence[np.ndarray]) -> tuple[float, np.ndarray]:
+    X = np.concatenate([np.ones((len(y), 1)), *blocks], axis=1)
+    coef, *_ = np.linalg.lstsq(X, y, rcond=None)
+    residual = y - X @ coef
+    total = ((y - y.mean()) ** 2).sum()
+    return (float(1.0 - (residual**2).sum() / total) if total > 0 else 0.0), coef
+
+
 __all__ = [
     "LEVEL",
     "MIN_PLATEAU_STEPS",
     "PLATEAU_TOLERANCE",
     "TOST_ALPHA",
     "UNSTABLE_RISE",
+    "FactorFit",
+    "FactorKind",
     "Interval",
     "converged",
     "equivalent",
+    "factor_columns",
+    "factor_importance",
     "loss_plateau",
     "loss_windows",
     "paired_interval",

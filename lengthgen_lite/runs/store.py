@@ -265,7 +265,7 @@ class Store:
             "missing": missing,  # configurations not stored yet (partial=True)
         }
         training = {data["config"]: data["training"] for data in files}
-        return Results(spec, rows, origin, training=training)
+        return Results(spec, rows, origin, stored_training=training)
 
 
 def sweep(

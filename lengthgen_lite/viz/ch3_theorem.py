@@ -177,8 +177,6 @@ def plot_input_kl(
     return ax
 
 
-# --- the theorem slider ---------------------------------------------------------------
-
 NO_NORM, WITH_NORM = "no norm", "LN on the attention output"
 
 

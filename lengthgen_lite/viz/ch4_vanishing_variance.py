@@ -376,9 +376,6 @@ def plot_slope_against_sink(
     return ax
 
 
-# --- the notebook's figures -----------------------------------------------------------
-
-
 def random_head_figure(
     N: Sequence[int], std: Mapping[str, np.ndarray], n_eff: Mapping[str, np.ndarray]
 ) -> Figure:

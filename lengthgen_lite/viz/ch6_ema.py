@@ -2,7 +2,7 @@
 search.
 
 Every function takes precomputed numbers (arrays or flat row dicts as made by
-:func:`lengthgen_lite.chapters.ch6_ema.score_rows`), draws and returns the axes or
+:func:`lengthgen_lite.chapters.ch6_search.score_rows`), draws and returns the axes or
 figure; none of them trains or evaluates a model.
 """
 
@@ -39,7 +39,7 @@ def _norm_rank(norm: object) -> int:
 
 
 def _frame(rows: Sequence[Mapping[str, object]], needed: Sequence[str]) -> pd.DataFrame:
-    return rows_frame(rows, needed, source="ch6_ema.score_rows")
+    return rows_frame(rows, needed, source="ch6_search.score_rows")
 
 
 def plot_gradient_noise(rows: Sequence[Mapping[str, object]], *, title: str) -> Figure:

@@ -318,6 +318,13 @@ def rows_frame(
     return frame
 
 
+def rounded(value: float, digits: int) -> float:
+    """``value`` as the prose shows it: rounded to ``digits`` (0: an int)."""
+    if not is_int(digits) or digits < 0:
+        raise ValueError(f"digits must be an int >= 0, got {digits!r}")
+    return int(round(value)) if digits == 0 else round(float(value), digits)
+
+
 def glue_round(name: str, value: float, digits: int = 3) -> None:
     """Glue ``value`` for the prose under ``name``, rounded (``digits=0``: an int), not
     displayed.
@@ -327,13 +334,7 @@ def glue_round(name: str, value: float, digits: int = 3) -> None:
     """
     from myst_nb import glue
 
-    if not is_int(digits) or digits < 0:
-        raise ValueError(f"digits must be an int >= 0, got {digits!r}")
-    glue(
-        name,
-        int(round(value)) if digits == 0 else round(float(value), digits),
-        display=False,
-    )
+    glue(name, rounded(value, digits), display=False)
 
 
 def glue_claims(decisions: Sequence[Decision], suffix: str = "") -> None:

@@ -87,7 +87,7 @@ def plot_losses(
     with the checkpoints marked: where the curve is flat, the run has converged."""
     ax = ensure_axes(ax)
     for colour, index in zip(PALETTE, configs):
-        summary = results.training[index]
+        summary = results.stored_training[index]
         loss = np.array(summary["loss_windows"]).mean(axis=0)
         label = results.configs[index].label(results.spec.varying())
         ax.plot(summary["window_ends"], loss, color=colour, label=label)
@@ -111,7 +111,7 @@ def convergence_frame(results: Results) -> pd.DataFrame:
     steps = sorted({r["step"] for r in results.rows})
     rows = []
     for step in steps:
-        states = [training_state(results, i, step) for i in results.training]
+        states = [training_state(results, i, step) for i in results.stored_training]
         flat = sum(state[0] for state in states)
         collapsed = sum(int(state[1].sum()) for state in states)
         rows.append(
@@ -135,7 +135,9 @@ def provenance_frame(sweeps: Mapping[str, Results]) -> pd.DataFrame:
             {
                 "sweep": name,
                 # stored of the grid's (a sweep in progress has fewer)
-                "configurations": f"{len(results.training)} of {len(results.configs)}",
+                "configurations": (
+                    f"{len(results.stored_training)} of {len(results.configs)}"
+                ),
                 "seeds": len(results.seeds),
                 "scored at steps": ", ".join(map(str, steps)),
                 "one-core hours": round(results.provenance["wall_seconds"] / 3600, 2),
@@ -157,7 +159,11 @@ def glue_sweeps(sweeps: Mapping[str, Results]) -> None:
     glue("ref-seeds", min(len(s.seeds) for s in sweeps.values()), display=False)
     glue("ref-steps", steps[-1], display=False)
     glue("ref-checkpoints", ", ".join(map(str, steps)), display=False)
-    glue("ref-configs", sum(len(s.training) for s in sweeps.values()), display=False)
+    glue(
+        "ref-configs",
+        sum(len(s.stored_training) for s in sweeps.values()),
+        display=False,
+    )
     glue("ref-hours", round(hours, 2), display=False)
 
 
