@@ -69,7 +69,7 @@ SPECS: dict[str, Spec] = {
         configs=[{"targets": targets, kind: p} for targets, kind, p in DROPOUT],
         base={**BASELINE, "norm": "none"},
         seeds=SEEDS,
-        # the reference scale crosses both kinds at every rate (0: the baseline, in
+        # the reference tier crosses both kinds at every rate (0: the baseline, in
         # the same sweep) with the init axis
         reference={
             "configs": [],
