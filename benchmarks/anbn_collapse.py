@@ -1,6 +1,6 @@
-"""Why do chapter 7's a^n b^n trainings collapse at the reference scale?
+"""Why do chapter 7's a^n b^n trainings collapse at the reference tier?
 
-Issue: ``SPECS["ch7/placements"].at_scale("reference")``, a^n b^n with soft targets
+Issue: ``SPECS["ch7/placements"].at_tier("reference")``, a^n b^n with soft targets
 (width 64, 10 seeds x 6000 steps, norms none/post/attn_out, inits book/torch): seeds
 reach the loss floor, then jump (to 1-4 nats for a window) and settle on a plateau at
 0.613 for good. This script measures it; nothing imports it.
@@ -93,7 +93,7 @@ from lengthgen_lite.runs.spec import Config
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 STORED = ROOT / "results" / "reference" / "ch7__placements"
 LIVE = SPECS["ch7/placements"]
-SPEC = LIVE.at_scale("reference")
+SPEC = LIVE.at_tier("reference")
 FLOOR = math.log(2) / 2  # the optimum: log 2 at each of the n a-phase positions of 2n
 WINDOWS = 60
 BETAS = (0.9, 0.999)  # torch.optim.AdamW's defaults, as train() uses them
@@ -633,14 +633,14 @@ def report_onsets(trace: Trace) -> None:
 
 
 def live_configs() -> list[Config]:
-    """The live scale's a^n b^n configurations (300 steps, width 32, 3 seeds)."""
+    """The live tier's a^n b^n configurations (300 steps, width 32, 3 seeds)."""
     return [c for c in LIVE.configurations() if c.task == "anbn"]
 
 
 def report_remedy(
     configs: list[tuple[str, str]], recipe: Recipe, live: bool = False
 ) -> None:
-    print(f"remedy: {recipe.label()}" + (" (live scale)" if live else ""))
+    print(f"remedy: {recipe.label()}" + (" (live tier)" if live else ""))
     print("norm      init   unstable  collapsed  stuck  final-mean  tv_beyond  jumps")
     spec = LIVE if live else SPEC
     chosen = live_configs() if live else [anbn_config(n, i) for n, i in configs]
@@ -684,7 +684,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     r = sub.choices["remedy"]
     r.add_argument("--all", action="store_true", help="the six a^n b^n configs")
     r.add_argument(
-        "--live", action="store_true", help="the live scale's a^n b^n configs instead"
+        "--live", action="store_true", help="the live tier's a^n b^n configs instead"
     )
     r.add_argument("--lr", type=float, default=3e-3)
     r.add_argument("--warmup", type=int, default=50)

@@ -7,10 +7,10 @@
     lengthgen-lite run ch7 --seeds 2 --steps 50   # a chapter name runs its first spec
     lengthgen-lite run ch5/placements --seeds 20 --steps 5000 --backend ray \
         --out ch5.json
-    lengthgen-lite run ch5 --scale reference      # the converged sweep, into the store
+    lengthgen-lite run ch5 --tier reference      # the converged sweep, into the store
     lengthgen-lite --version
 
-``--scale reference`` runs the experiment's reference sweep (``Spec.at_scale``) into the
+``--tier reference`` runs the experiment's reference sweep (``Spec.at_tier``) into the
 results store (``results/reference/``, or ``--store``), one file per configuration as
 it lands; configurations already stored are skipped, so the same command resumes, and
 a damaged stored file is set aside and its configuration trained again (one line says
@@ -51,7 +51,7 @@ from .chapters import (
 from .runs import Results, Spec, run
 from .runs.results import KEY_METRICS
 from .runs.runner import BACKENDS, check_run_options
-from .runs.spec import SCALES
+from .runs.spec import TIERS
 from .runs.store import STORE, Store, sweep
 
 # each chapter's front module, in order: its SPECS, or a NO_SPECS line saying why none
@@ -236,8 +236,8 @@ def build_parser() -> argparse.ArgumentParser:
         help="with --backend ray: split each configuration's seeds",
     )
     go.add_argument(
-        "--scale",
-        choices=SCALES,
+        "--tier",
+        choices=TIERS,
         default="live",
         help="live: the notebook's budget (default); reference: the converged sweep, "
         "into the store, resuming",
@@ -245,11 +245,11 @@ def build_parser() -> argparse.ArgumentParser:
     go.add_argument(
         "--store",
         default=str(STORE),
-        help="with --scale reference: the store folder (default: results/reference)",
+        help="with --tier reference: the store folder (default: results/reference)",
     )
     go.add_argument(
         "--configs",
-        help="with --scale reference: only these configurations, in this order "
+        help="with --tier reference: only these configurations, in this order "
         "(indices and ranges, e.g. 36-47,24), to split a sweep or run its most "
         "telling part first",
     )
@@ -273,7 +273,7 @@ def _list(specs: dict[str, Spec], reasons: dict[str, str]) -> str:
     for name, spec in specs.items():
         lines.append(f"{name:16} {spec.description}")
         lines.append(f"{'':18}live      {_size(spec)}")
-        lines.append(f"{'':18}reference {_size(spec.at_scale('reference'))}")
+        lines.append(f"{'':18}reference {_size(spec.at_tier('reference'))}")
     for chapter, reason in reasons.items():
         lines.append(f"{chapter:16} no experiment of its own: {reason}")
     return "\n".join(lines)
@@ -292,10 +292,10 @@ def _chosen(args: argparse.Namespace, specs: dict[str, Spec]) -> Spec:
     return resolve(args.name, specs)
 
 
-def _scaled(spec: Spec, args: argparse.Namespace) -> Spec:
-    """The spec at ``--scale``, with ``--seeds``, ``--steps`` (a reference sweep cut
+def _at_tier(spec: Spec, args: argparse.Namespace) -> Spec:
+    """The spec at ``--tier``, with ``--seeds``, ``--steps`` (a reference sweep cut
     short keeps the checkpoints below its steps) and ``--test-sets``."""
-    spec = spec.at_scale(args.scale)
+    spec = spec.at_tier(args.tier)
     changes: dict[str, object] = {}
     if args.seeds is not None:
         changes["seeds"] = parse_seeds(args.seeds)
@@ -358,10 +358,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "show":
             print(json.dumps(spec.to_dict(), indent=1))
             return 0
-        spec = _scaled(spec, args)
-        if args.scale == "reference" and args.seeds_per_task is not None:
+        spec = _at_tier(spec, args)
+        if args.tier == "reference" and args.seeds_per_task is not None:
             raise ValueError(
-                "--seeds-per-task is invalid with --scale reference; allowed: one Ray "
+                "--seeds-per-task is invalid with --tier reference; allowed: one Ray "
                 "task per configuration (a stored file holds all its seeds)"
             )
         ray_options = {
@@ -374,9 +374,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             # (only to fail now, with a clear message, if it is missing)
             import ray  # noqa: F401
         only = None if args.configs is None else parse_indices(args.configs)
-        if only is not None and args.scale != "reference":
+        if only is not None and args.tier != "reference":
             raise ValueError(
-                "--configs is invalid with --scale live; allowed: with --scale "
+                "--configs is invalid with --tier live; allowed: with --tier "
                 "reference (a live run is one results file of every configuration)"
             )
         if only is not None:
@@ -402,7 +402,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
     command = " ".join(["lengthgen-lite", *(sys.argv[1:] if argv is None else argv)])
     start = time.perf_counter()
-    if args.scale == "reference":
+    if args.tier == "reference":
         store = Store(args.store)
         for line in store.set_aside_damaged(spec):  # before counting what to run
             print(line, flush=True)

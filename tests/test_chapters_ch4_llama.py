@@ -234,9 +234,9 @@ def test_the_cached_smollm2_is_a_causal_llama():
     ) == ("LlamaForCausalLM", True, 30, 576, 9, 3)
 
 
-def test_layer_summary_glue_and_scorecard():
-    """The chapter's Llama numbers from hand-made slopes: layer 0 falls, layer 1
-    rises."""
+def hand_made_layers():
+    """Hand-made slopes, sinks and controls of two layers (layer 0 falls, layer 1
+    rises): (slopes, sinks, their layer_summary)."""
     F = llama.F
 
     def bands(point, low, high, glob):
@@ -275,6 +275,13 @@ def test_layer_summary_glue_and_scorecard():
         torch.rand(4, 2, 2, 4),
     )
     summary = llama.layer_summary(slopes, {k: record for k in kinds}, sinks, controls)
+    return slopes, sinks, summary
+
+
+def test_layer_summary_and_scorecard():
+    """The chapter's Llama numbers from hand-made slopes: layer 0 falls, layer 1
+    rises."""
+    slopes, sinks, summary = hand_made_layers()
     assert summary.l0["random tokens"] == -0.3 and summary.l0_before == -0.45
     assert summary.decays.tolist() == [0] and summary.rises.tolist() == [1]
     assert summary.no_sink["random tokens"].tolist() == [True, False]
@@ -282,15 +289,6 @@ def test_layer_summary_glue_and_scorecard():
         "random tokens"
     ] == pytest.approx(1.0)
     np.testing.assert_allclose(summary.quant_shift, [0.02, 0.05])
-    glued = llama.layer_glue(summary, slopes, sinks)
-    assert list(glued)[0] == "llama_l0_rand" and glued["llama_sink_max_512"] == 0.6
-    assert llama.layer_counts(summary, slopes) == {
-        "llama_n_decay": 1,
-        "llama_n_rise": 1,
-        "llama_n_decay_text": 1,
-        "llama_n_rise_text": 1,
-        "llama_n_nosink": 1,
-    }
     row = llama.llama_decision(summary, slopes, 10, [8, 512])
     # both inputs: minus the slope 0.3 >= 0.05, se 0.2 / 3.92, interval above 0
     assert row.claim is llama.LLAMA_CLAIM and row.word == "reproduced"

@@ -167,7 +167,7 @@ def test_run_chapter_four_retrieval(tmp_path, capsys):
 def test_a_resumed_reference_run_sets_a_damaged_file_aside(tiny, tmp_path, capsys):
     """One truncated store file: named in one line, moved aside, trained again."""
     store = tmp_path / "store"
-    argv = ["run", "tiny", "--scale", "reference", "--store", str(store)]
+    argv = ["run", "tiny", "--tier", "reference", "--store", str(store)]
     assert main([*argv, "--seeds", "2", "--steps", "60", "--no-progress"]) == 0
     first = capsys.readouterr().out.splitlines()
     assert first[0] == "tiny/placements: 0 of 2 stored, 2 to run"
@@ -178,7 +178,7 @@ def test_a_resumed_reference_run_sets_a_damaged_file_aside(tiny, tmp_path, capsy
     assert first[4] == f"results: store folder {folder} (2 of 2 configurations)"
     spec = (
         tiny_spec()
-        .at_scale("reference")
+        .at_tier("reference")
         .with_overrides(seeds=2, steps=60, checkpoints=())
     )
     damaged = Store(store).path(spec, 1)
@@ -229,10 +229,10 @@ BAD_ARGS = [
         ["--ray-cpus must be unset when --ray-address is given"],
     ),
     (["--backend", "ray", "--ray-address", ""], ["--ray-address='' is invalid"]),
-    (["--configs", "0"], ["--configs is invalid with --scale live"]),
-    (["--scale", "reference", "--configs", "1-x"], ["--configs='1-x' is invalid"]),
+    (["--configs", "0"], ["--configs is invalid with --tier live"]),
+    (["--tier", "reference", "--configs", "1-x"], ["--configs='1-x' is invalid"]),
     (
-        ["--scale", "reference", "--configs", "1,9"],
+        ["--tier", "reference", "--configs", "1,9"],
         ["--configs='1,9' is invalid: configurations [9] do not exist"],
     ),
 ]

@@ -1,4 +1,4 @@
-"""Chapters 6 and 7 at the reference scale: the declared grids (sizes, axes, constant
+"""Chapters 6 and 7 at the reference tier: the declared grids (sizes, axes, constant
 rate, the live specs and their store keys untouched) and the claim functions, each on
 a Results fabricated on the real reference grid (no training: the sweeps take hours)."""
 
@@ -32,12 +32,12 @@ def keys_digest(spec: Spec) -> str:
 @pytest.mark.parametrize("name", sorted(LIVE_KEYS))
 def test_the_live_specs_keep_their_store_keys(name):
     spec = {**ch6.SPECS, **ch7.SPECS}[name]
-    assert spec.scale == "live"
+    assert spec.tier == "live"
     assert keys_digest(spec) == LIVE_KEYS[name]
 
 
 def test_chapter_six_grid_crosses_ema_windows_with_norm_init_and_lr():
-    spec = ch6.SPECS["ch6/grid"].at_scale("reference")
+    spec = ch6.SPECS["ch6/grid"].at_tier("reference")
     configs = spec.configurations()
     assert len(spec.seeds) == 10 and spec.checkpoints == (1000, 3000)
     assert {c.steps for c in configs} == {6000}
@@ -51,7 +51,7 @@ def test_chapter_six_grid_crosses_ema_windows_with_norm_init_and_lr():
 
 
 def test_chapter_six_search_is_a_design_of_dropout_ema_and_norm():
-    spec = ch6.SPECS["ch6/search"].at_scale("reference")
+    spec = ch6.SPECS["ch6/search"].at_tier("reference")
     configs = spec.configurations()
     assert len(spec.seeds) == 10 and {c.steps for c in configs} == {6000}
     assert {c.schedule for c in configs} == {"constant"}
@@ -62,7 +62,7 @@ def test_chapter_six_search_is_a_design_of_dropout_ema_and_norm():
 
 
 def test_chapter_seven_reference_is_the_claims_tasks_64_wide():
-    spec = ch7.SPECS["ch7/placements"].at_scale("reference")
+    spec = ch7.SPECS["ch7/placements"].at_tier("reference")
     configs = spec.configurations()
     assert len(configs) == 2 * 3 * 2 == 12
     assert {(c.task, c.targets) for c in configs} == {
@@ -92,7 +92,7 @@ def test_averager_names_pick_their_kind_and_reject_others():
 def fabricated(spec: Spec, tv) -> Results:
     """Rows of ``spec``'s reference grid at every step, variant, scale and seed; TV the
     same at every length: ``tv(config, variant, scale, seed)``."""
-    spec = spec.at_scale("reference")
+    spec = spec.at_tier("reference")
     variants = ["raw", *spec.averagers]
     rows = []
     for index, config in enumerate(spec.configurations()):

@@ -20,7 +20,7 @@ METRIC = {"ch4/retrieval": "target_attention"}
 def test_the_store_holds_every_configuration_with_provenance(name):
     results = reference.load(name)  # raises if a file is missing, stale or unchecked
     spec = results.spec
-    assert spec.scale == "reference" and len(spec.seeds) >= 10
+    assert spec.tier == "reference" and len(spec.seeds) >= 10
     missing = results.provenance["missing"]
     assert (name in reference.IN_PROGRESS) or not missing
     assert len(results.stored_training) == len(spec.configurations()) - len(missing) > 0

@@ -1,4 +1,6 @@
+import gzip
 import json
+import pathlib
 from dataclasses import replace
 
 import pytest
@@ -45,6 +47,19 @@ def test_json_round_trip():
     assert Spec.from_dict(data) == spec
     with pytest.raises(ValueError, match="spec has unknown field 'seed'"):
         Spec.from_dict(data | {"seed": 1})
+
+
+def test_a_spec_written_before_tier_reads_its_scale_as_the_tier():
+    # the store's files embed their spec as written: "scale" was the tier's name
+    ref = tiny_spec().at_tier("reference")
+    old = {("scale" if k == "tier" else k): v for k, v in ref.to_dict().items()}
+    assert "tier" not in old and Spec.from_dict(old) == ref
+    folder = pathlib.Path(__file__).parents[1] / "results/reference/ch1__baseline"
+    stored = sorted(folder.glob("*.json.gz"))
+    with gzip.open(stored[0], "rt") as file:
+        spec = Spec.from_dict(json.load(file)["spec"])
+    assert spec.tier == "reference" and spec.scales == (1.0,)
+    assert spec == ch1.SPECS["ch1/baseline"].at_tier("reference")
 
 
 def test_chapter_one_baseline_is_the_config_default_setup():
@@ -103,7 +118,7 @@ def test_chapter_one_baseline_is_the_config_default_setup():
             "averagers.ema=.* beta must be in \\(0, 1\\)",
         ),
         ({"scales": (2.0,)}, "including 1.0"),
-        ({"scale": "huge"}, "unknown scale 'huge'; allowed: 'live', 'reference'"),
+        ({"tier": "huge"}, "unknown tier 'huge'; allowed: 'live', 'reference'"),
         ({"name": ""}, "name='' is invalid"),
         (
             {"configs": [{"item_mlp": 8}]},
@@ -147,25 +162,23 @@ def test_every_config_field_is_checked_by_type():
     assert TINY["name"] == "tiny/placements"
 
 
-def test_reference_scale_adds_seeds_steps_checkpoints_and_axes():
+def test_reference_tier_adds_seeds_steps_checkpoints_and_axes():
     axes = {"grid": {"init": ("book", "torch")}, "steps": 60, "checkpoints": (20, 40)}
     spec = tiny_spec(reference=axes)
-    ref = spec.at_scale("reference")
-    assert ref.scale == "reference" and ref.seeds == REFERENCE_DEFAULTS["seeds"]
+    ref = spec.at_tier("reference")
+    assert ref.tier == "reference" and ref.seeds == REFERENCE_DEFAULTS["seeds"]
     assert ref.checkpoints == (20, 40) and ref.reference == {}
     assert len(ref.configurations()) == 2 * len(spec.configurations())
     assert {c.steps for c in ref.configurations()} == {60}
     assert {c.train_path for c in ref.configurations()} == {"auto"}
     assert {c.init for c in ref.configurations()} == {"book", "torch"}
-    assert spec.at_scale("live") is spec and ref.at_scale("reference") is ref
+    assert spec.at_tier("live") is spec and ref.at_tier("reference") is ref
     with pytest.raises(ValueError, match="checkpoints=.*steps below 60"):
-        tiny_spec(reference={"steps": 60, "checkpoints": (30, 60)}).at_scale(
-            "reference"
-        )
+        tiny_spec(reference={"steps": 60, "checkpoints": (30, 60)}).at_tier("reference")
     with pytest.raises(ValueError, match="reference has unknown field 'seed'"):
         tiny_spec(reference={"seed": 3})
-    with pytest.raises(ValueError, match="unknown scale 'huge'"):
-        spec.at_scale("huge")
+    with pytest.raises(ValueError, match="unknown tier 'huge'"):
+        spec.at_tier("huge")
     with pytest.raises(ValueError, match="unknown init 'xavier'"):
         Config(init="xavier")
 
@@ -181,7 +194,7 @@ def test_components_reach_the_model_config_and_default_off():
 
 
 def test_chapter_four_reference_sweep_pairs_every_component_with_its_absence():
-    spec = ch4.SPECS["ch4/retrieval"].at_scale("reference")
+    spec = ch4.SPECS["ch4/retrieval"].at_tier("reference")
     configs = spec.configurations()
     assert len(spec.seeds) == 10 and spec.checkpoints == (1000, 3000)
     assert {c.steps for c in configs} == {6000}
@@ -213,7 +226,7 @@ def test_chapter_four_reference_sweep_pairs_every_component_with_its_absence():
 def test_chapter_four_reference_rerun_to_the_first_checkpoint_is_a_prefix():
     # the store's re-run check trains one seed to the first checkpoint: the same
     # learning rate at every step as the full run's (constant after the warm-up)
-    spec = ch4.SPECS["ch4/retrieval"].at_scale("reference")
+    spec = ch4.SPECS["ch4/retrieval"].at_tier("reference")
     first = spec.checkpoints[0]
     short = spec.with_overrides(steps=first, checkpoints=())
     for full, shorter in zip(spec.configurations(), short.configurations()):

@@ -33,7 +33,7 @@ def test_a_sweep_saves_one_file_per_configuration_with_provenance(swept):
     assert data["provenance"]["command"] == "pytest"
     assert sorted(data["training"]["converged"]) == ["20", "40", "60"]
     assert np.array(data["training"]["loss_windows"]).shape == (3, store.LOSS_WINDOWS)
-    assert results.spec.scale == "reference" and results.seeds == [0, 1, 2]
+    assert results.spec.tier == "reference" and results.seeds == [0, 1, 2]
     assert results.key_metric() == "tv_beyond"
     assert results.stored_training.keys() == {0, 1}
 
@@ -85,14 +85,14 @@ def test_a_damaged_file_is_named_with_the_command_that_remakes_it(
 ):
     spec, folder, _, _ = swept
     shutil.copytree(folder, tmp_path / "store")
-    path = Store(tmp_path / "store").path(spec.at_scale("reference"), 0)
+    path = Store(tmp_path / "store").path(spec.at_tier("reference"), 0)
     _damage(path, how)
     with pytest.raises(ValueError) as info:
         Store(tmp_path / "store").load(spec)
     message = str(info.value)
     assert re.fullmatch(
         rf"{re.escape(str(path))} is damaged \({error}.*\); re-make it: lengthgen-lite "
-        r"run tiny/placements --scale reference \(sets the file aside, trains "
+        r"run tiny/placements --tier reference \(sets the file aside, trains "
         r"configuration 0 again\)",
         message,
     ), message
@@ -105,7 +105,7 @@ def test_a_resumed_sweep_sets_damaged_files_aside_and_trains_them_again(
     spec, folder, _, results = swept
     shutil.copytree(folder, tmp_path / "store")
     paths = [
-        Store(tmp_path / "store").path(spec.at_scale("reference"), i) for i in (0, 1)
+        Store(tmp_path / "store").path(spec.at_tier("reference"), i) for i in (0, 1)
     ]
     _damage(paths[0], "truncated")
     _damage(paths[1], "flipped")
@@ -133,7 +133,7 @@ def test_a_changed_spec_or_a_missing_file_is_a_clear_error(swept, tmp_path):
     with pytest.raises(
         ValueError,
         match=r"lacks configurations \[0, 1\]; run: lengthgen-lite run "
-        "tiny/placements --scale reference",
+        "tiny/placements --tier reference",
     ):
         Store(folder).load(more_seeds)
     nothing = Store(folder).load(more_seeds, partial=True)
@@ -163,7 +163,7 @@ def test_a_file_written_twice_has_the_same_bytes(swept, tmp_path):
 def test_stored_metrics_match_a_rerun_of_one_seed(swept):
     # a configuration's seed trains the same alone as in its batch (up to rounding)
     spec, folder, _, results = swept
-    ref = spec.at_scale("reference").with_overrides(
+    ref = spec.at_tier("reference").with_overrides(
         seeds=[1], checkpoints=[20], steps=40
     )
     rows, _ = runner.run_configuration(ref, 1, progress=False)
@@ -181,8 +181,8 @@ def test_a_later_config_field_at_its_default_keeps_the_stored_file_names():
     from lengthgen_lite.chapters import ch1_set_complement as ch1
     from lengthgen_lite.chapters import ch5_post_norm as ch5
 
-    baseline = ch1.SPECS["ch1/baseline"].at_scale("reference")
-    dropout = ch5.SPECS["ch5/dropout"].at_scale("reference")
+    baseline = ch1.SPECS["ch1/baseline"].at_tier("reference")
+    dropout = ch5.SPECS["ch5/dropout"].at_tier("reference")
     assert [store.config_key(baseline, i) for i in range(2)] == [
         "abf542149f26",
         "957398929e72",

@@ -6,35 +6,13 @@ import numpy as np
 import pytest
 
 from lengthgen_lite.viz.ch4_vanishing_variance import (
-    N_LABEL,
     histogram_draw,
     plot_against_N,
-    plot_loglog_std,
     plot_paired,
 )
 from lengthgen_lite.viz.sliders import static_slider_figure
 
 N = np.array([4, 16, 64, 256])
-
-
-def test_loglog_std_shows_fitted_slopes_and_the_reference_law():
-    ax = plot_loglog_std(
-        N, {"uniform": 2.0 * N**-0.5, "sharp": N**-0.1}, title="t", ylabel="std of o_0"
-    )
-    labels = [t.get_text() for t in ax.get_legend().get_texts()]
-    assert labels == [
-        "uniform (slope -0.50)",
-        "sharp (slope -0.10)",
-        r"law $\propto N^{-1/2}$",
-    ]
-    (law,) = [ln for ln in ax.get_lines() if ln.get_label().startswith("law")]
-    # anchored at the first curve's first point
-    np.testing.assert_allclose(law.get_ydata(), 2.0 * N**-0.5)
-    assert (
-        ax.get_xscale() == "log"
-        and ax.get_yscale() == "log"
-        and ax.get_xlabel() == N_LABEL
-    )
 
 
 def test_against_N_draws_mean_band_and_training_range():
@@ -78,7 +56,6 @@ def test_against_N_draws_mean_band_and_training_range():
             ),
             "train_range",
         ),
-        (lambda: plot_loglog_std(N, {}, title="t", ylabel="y"), "at least one"),
         (
             lambda: histogram_draw({}, title="t", panel_titles=["a"], xlabels=["x"]),
             "at least one",
@@ -155,51 +132,8 @@ def test_against_N_legend_outside_sits_right_of_the_panel():
     assert ax.get_legend().get_bbox_to_anchor().x0 > ax.get_window_extent().x1
 
 
-def test_layer_slopes_heatmap_and_sink_scatter():
-    from lengthgen_lite.viz.ch4_vanishing_variance import (
-        LAYER_LABEL,
-        plot_layer_heatmap,
-        plot_layer_slopes,
-        plot_slope_against_sink,
-    )
-
-    slope = np.array([-0.3, -0.1, 0.0])
-    ax = plot_layer_slopes(
-        [8, 512],
-        {"a": (slope, slope - 0.1, slope + 0.1), "b": (slope, slope, slope)},
-        title="t",
-    )
-    assert ax.get_xlabel() == LAYER_LABEL and "N = 8..512" in ax.get_title()
-    assert [t.get_text() for t in ax.get_legend().get_texts()] == [
-        "law: -0.5",
-        "a",
-        "b",
-    ]
-    ax = plot_layer_heatmap(
-        [8, 16], np.array([[0.1, 0.2], [0.0, 0.5]]), title="sink", colorbar="mass"
-    )
-    assert [t.get_text() for t in ax.get_xticklabels()] == ["8", "16"]
-    ax = plot_slope_against_sink(
-        {"x": np.array([0.1, 0.5, 0.2])},
-        {"x": slope},
-        title="t",
-        xlabel="sink",
-        ylabel="slope",
-    )
-    assert len(ax.texts) == 3
-    with pytest.raises(ValueError, match="values must be"):
-        plot_layer_heatmap([8], np.zeros((2, 2)), title="t", colorbar="c")
-    with pytest.raises(ValueError, match="same non-empty labels"):
-        plot_slope_against_sink(
-            {"x": slope}, {"y": slope}, title="t", xlabel="a", ylabel="b"
-        )
-    with pytest.raises(ValueError, match="at least one"):
-        plot_layer_slopes([8, 16], {}, title="t")
-
-
 # --- the notebook's whole figures -----------------------------------------------------
 
-from lengthgen_lite.chapters import ch4_pretrained as pretrained  # noqa: E402
 from lengthgen_lite.chapters import ch4_vanishing_variance as ch4  # noqa: E402
 from lengthgen_lite.runs import Results  # noqa: E402
 from lengthgen_lite.viz import ch4_vanishing_variance as vp  # noqa: E402
@@ -252,25 +186,8 @@ def test_the_retrieval_figures_draw_every_task_and_variant():
     assert labels[-1] == "no norm, rescaled at test time"
 
 
-def test_the_random_head_and_minilm_figures():
+def test_the_random_head_figure():
     sizes = [4, 16, 64]
     curves = {"uniform": np.array([1.0, 0.5, 0.25])}
     fig = vp.random_head_figure(sizes, curves, {"uniform": np.array([4.0, 16, 64])})
     assert len(fig.axes) == 2 and fig.axes[1].get_yscale() == "log"
-
-    class Table:
-        after_wo = np.abs(np.random.default_rng(1).normal(size=(3, 2, 5))) + 0.1
-
-    tables = {"MiniLM": Table(), "random init": Table()}
-    bert_curves = pretrained.minilm_curves(tables, [1, "middle"])
-    assert list(bert_curves[1]) == [
-        "MiniLM, median",
-        "MiniLM, o_0",
-        "random init, median",
-        "random init, o_0",
-    ]
-    np.testing.assert_allclose(
-        bert_curves["middle"]["MiniLM, o_0"], Table.after_wo[:, 1, 0]
-    )
-    fig = vp.minilm_figure(sizes, bert_curves)
-    assert fig.axes[1].get_title() == "middle position N/2"

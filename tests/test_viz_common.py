@@ -10,11 +10,13 @@ from matplotlib.colors import to_hex
 
 from lengthgen_lite.core.evaluation import METRICS, LengthTable
 from lengthgen_lite.viz.common import (
+    N_LABEL,
     as_seed_array,
     glue_round,
     panels,
     plot_curves,
     plot_length_curves,
+    plot_loglog_std,
     plot_metric,
     plot_seed_bands,
     plot_tv_and_invalid_mass,
@@ -247,3 +249,26 @@ def test_glue_claims_glues_the_decision_and_the_declaration(monkeypatch):
         "ch9-score-x-ref-statement": "a remedy helps",
         "ch9-score-x-ref-source": "[ours]",
     }
+
+
+def test_loglog_std_shows_fitted_slopes_and_the_reference_law():
+    N = np.array([4, 16, 64, 256])
+    ax = plot_loglog_std(
+        N, {"uniform": 2.0 * N**-0.5, "sharp": N**-0.1}, title="t", ylabel="std of o_0"
+    )
+    labels = [t.get_text() for t in ax.get_legend().get_texts()]
+    assert labels == [
+        "uniform (slope -0.50)",
+        "sharp (slope -0.10)",
+        r"law $\propto N^{-1/2}$",
+    ]
+    (law,) = [ln for ln in ax.get_lines() if ln.get_label().startswith("law")]
+    # anchored at the first curve's first point
+    np.testing.assert_allclose(law.get_ydata(), 2.0 * N**-0.5)
+    assert (
+        ax.get_xscale() == "log"
+        and ax.get_yscale() == "log"
+        and ax.get_xlabel() == N_LABEL
+    )
+    with pytest.raises(ValueError, match="at least one"):
+        plot_loglog_std(N, {}, title="t", ylabel="y")

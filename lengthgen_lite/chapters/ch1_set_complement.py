@@ -33,7 +33,7 @@ STEPS = 1000
 SEEDS = (0, 1, 2, 3, 4)
 # the baseline as spec fields: every later chapter's spec starts from it
 BASELINE = {"v": V, "train_length": TRAIN_LENGTH, "d_model": D_MODEL, "steps": STEPS}
-# The reference scale's sensitivity axes for set complement (issue 19): the book's
+# The reference tier's sensitivity axes for set complement (issue 19): the book's
 # init (std 1/sqrt(fan_in)) against PyTorch's own nn.Linear init, and two learning
 # rates; the steps axis comes from the checkpoints (1000, 3000, 6000).
 REFERENCE_AXES = {"init": ("book", "torch"), "lr": (1e-3, 3e-3)}

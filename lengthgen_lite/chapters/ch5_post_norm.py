@@ -1,180 +1,34 @@
-"""Norm placements on set complement: the chapter's specs, its scorecard, and what the
-output norm does. Chapter 5.
+"""Norm placements on set complement: the chapter's specs, its readers and its
+scorecard. Chapter 5.
 
 Every run is the chapter-1 baseline (:mod:`~lengthgen_lite.chapters.ch1_set_complement`)
 with only the norm placement (and, for the first paper version's remedy, dropout or an
 MLP) changed, declared in ``SPECS`` and trained by
 :func:`~lengthgen_lite.runs.runner.run` (a configuration's seeds in one batched call);
-the readers below take its ``Results``.
-
-The mechanism measurements ask one question: is the gap kept by a sharper attention
-pattern, or by the norm dividing a still-uniform average by its shrinking spread?
-:func:`gap_profile` records both, and re-runs the model with the norm's divisor (its
-``hook_scale``) frozen to a constant (:func:`frozen_divisor_hooks`, through
-``run_with_hooks``).
+the readers below take its ``Results``. What the output norm does, measured on one
+model (the gap profile, the frozen divisor), is
+:mod:`~lengthgen_lite.chapters.ch5_mechanism`; :func:`profiles` measures every trained
+model with it.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
-from dataclasses import dataclass
-from functools import partial
+from collections.abc import Mapping, Sequence
 
 import numpy as np
-import torch
-from torch import Tensor, nn
 
-from ..core import metrics
-from ..core.evaluation import ATTN_OUT, PATTERN, length_metrics
-from ..core.hooks import hooks_installed, run_with_cache, run_with_hooks
 from ..core.model import PLACEMENTS, ModelConfig
-from ..core.seeding import make_generator
-from ..core.tasks import SetComplement, sample_sequences, seen_mask, target_distribution
+from ..core.tasks import SetComplement
 from ..core.training import TrainConfig
-from ..core.validation import require_choice, require_number
+from ..core.validation import require_choice
 from ..runs import Config, Results, Spec
-from ..runs.claims import TV_SESOI, Claim, Decision, Effect, at_step, cell_word
+from ..runs.claims import TV_SESOI, Claim, Decision, Effect, cell_word
 from ..runs.compare import collapsed, paired_effects
 from .ch1_set_complement import BASELINE, REFERENCE_AXES, SEEDS, TRAIN_LENGTH
 from .ch1_set_complement import book_choices as ch1_choices
 from .ch3_construction import ln_gap
-
-# The norm whose input contains the attention average, by placement. "pre" normalises
-# only the token embeddings before attention, and "none" has no norm: neither can
-# rescale the average.
-OUTPUT_NORM: dict[str, str] = {
-    "post": "blocks.0.ln1",
-    "pre_final": "ln_final",
-    "attn_out": "blocks.0.ln_attn_out",
-}
-
-
-def _length_ranges(s: np.ndarray, train_length: int) -> tuple[np.ndarray, np.ndarray]:
-    if not isinstance(train_length, int) or not 1 <= train_length < int(s.max()):
-        raise ValueError(
-            f"train_length must be an int in 1..{int(s.max()) - 1} (some "
-            f"longer s must remain), got {train_length!r}"
-        )
-    return s <= train_length, s > train_length
-
-
-def frozen_divisor_hooks(
-    name: str, divisor: float
-) -> dict[str, Callable[[Tensor, str], Tensor]]:
-    """Hooks (for ``run_with_hooks``) that make the norm ``name`` divide by the constant
-    ``divisor`` instead of each vector's own std (its ``hook_scale``); its centring,
-    gain and bias are kept. Removes the rescaling and nothing else."""
-    divisor = require_number("divisor", divisor, minimum=0.0, strict=True)
-    # a 0-dim tensor: divides exactly as the float itself does
-    frozen = torch.tensor(divisor)
-    return {f"{name}.hook_scale": lambda _scale, _name: frozen}
-
-
-@contextmanager
-def frozen_divisor(model: nn.Module, name: str, divisor: float) -> Iterator[None]:
-    """Inside the block, the norm ``name`` divides by the constant ``divisor``
-    (:func:`frozen_divisor_hooks`, installed on ``model`` until the block ends)."""
-    with hooks_installed(model, frozen_divisor_hooks(name, divisor)):
-        yield
-
-
-@dataclass(frozen=True)
-class GapProfile:
-    """One trained model at every prefix length s = 1..v-1: means over the test
-    sequences."""
-
-    s: np.ndarray
-    gap: np.ndarray  # logit gap: smallest legal minus largest illegal logit
-    # the same with the output norm's divisor frozen (= gap without one)
-    frozen_gap: np.ndarray
-    # what the output norm divides by, sqrt(var + eps) over features (nan: none)
-    divisor: np.ndarray
-    # std over features of the attention output W_O z (hook_attn_out)
-    attn_out_std: np.ndarray
-    # attention entropy / log s (1: uniform over the s seen tokens)
-    entropy_ratio: np.ndarray
-    # s * largest attention weight (1: uniform; s: all on one token)
-    max_attention_ratio: np.ndarray
-
-
-@torch.no_grad()
-def gap_profile(
-    model: nn.Module,
-    n_sequences: int = 2000,
-    seed: int = 0,
-    train_length: int = TRAIN_LENGTH,
-) -> GapProfile:
-    """Measure the gap, the attention's sharpness and the output norm's divisor at every
-    ``s``.
-
-    The frozen divisor is the mean divisor over the training lengths ``s =
-    1..train_length``: at those lengths the frozen model is close to the real one, and
-    beyond them it shows what the gap would be if the norm stopped rescaling.
-    """
-    v = model.cfg.vocab_size
-    # [batch, v-1]
-    tokens = sample_sequences(v, v - 1, n_sequences, make_generator(seed))
-    seen = seen_mask(tokens, v)
-    s = np.arange(1, v)
-    inside, _ = _length_ranges(s, train_length)
-    names = [PATTERN, ATTN_OUT]
-    norm_name = OUTPUT_NORM.get(model.cfg.norm)
-    # what the output norm divides by (recorded: the norm is unchanged)
-    if norm_name is not None:
-        names.append(f"{norm_name}.hook_scale")
-    logits, cache = run_with_cache(model, tokens, names=names)
-    pattern = cache[PATTERN]  # [batch, head, query_pos, key_pos]
-    table = length_metrics(logits, target_distribution(tokens, v), pattern=pattern)[0]
-    gap, entropy_ratio = table.logit_gap, table.entropy_ratio  # [v-1]
-    max_ratio = table.max_attention * s.astype(np.float32)  # s * largest weight
-    attn_out_std = cache[ATTN_OUT].std(dim=-1, unbiased=False).mean(0).numpy()
-    if norm_name is None:
-        divisor = np.full(v - 1, np.nan)
-        frozen_gap = gap
-    else:
-        divisor = cache[f"{norm_name}.hook_scale"].squeeze(-1).mean(0).numpy()  # [v-1]
-        hooks = frozen_divisor_hooks(norm_name, float(divisor[inside].mean()))
-        frozen_logits = run_with_hooks(model, tokens, hooks)
-        frozen_gap = metrics.logit_gap(frozen_logits, seen).mean(0).numpy()
-    return GapProfile(
-        s, gap, frozen_gap, divisor, attn_out_std, entropy_ratio, max_ratio
-    )
-
-
-PROFILE_FIELDS = (
-    "gap",
-    "frozen_gap",
-    "divisor",
-    "attn_out_std",
-    "entropy_ratio",
-    "max_attention_ratio",
-)
-
-
-def stack_profile(profiles: Sequence[GapProfile], field: str) -> np.ndarray:
-    """One field of several profiles (one per seed) as a [K, len(s)] array, for plots
-    and asserts."""
-    if not profiles:
-        raise ValueError("profiles must hold at least one GapProfile")
-    if field not in PROFILE_FIELDS:
-        raise ValueError(f"field {field!r} is unknown; allowed: {PROFILE_FIELDS}")
-    return np.stack([getattr(profile, field) for profile in profiles])
-
-
-def growth(profiles: Sequence[GapProfile], field: str = "gap") -> np.ndarray:
-    """``s * field`` at the longest ``s`` over its value at ``s = 1``, per profile
-    (seed): [K].
-
-    1 means the 1/s law holds exactly; above 1, something (a norm) keeps the gap from
-    shrinking.
-    """
-    # [K, len(s)]; validates profiles and field
-    stacked = stack_profile(profiles, field)
-    scaled = profiles[0].s * stacked
-    return scaled[:, -1] / scaled[:, 0]
-
+from .ch5_mechanism import OUTPUT_NORM, GapProfile, gap_profile, growth, stack_profile
 
 TARGETS = ("soft", "sampled")
 #: the live run's one cell of the reference grid's init x learning rate
@@ -215,7 +69,7 @@ SPECS: dict[str, Spec] = {
         configs=[{"targets": targets, kind: p} for targets, kind, p in DROPOUT],
         base={**BASELINE, "norm": "none"},
         seeds=SEEDS,
-        # the reference scale crosses both kinds at every rate (0: the baseline, in
+        # the reference tier crosses both kinds at every rate (0: the baseline, in
         # the same sweep) with the init axis
         reference={
             "configs": [],
@@ -345,40 +199,6 @@ def book_choices(
     }
 
 
-def placement_numbers(results: Results) -> dict[str, float]:
-    """The numbers the prose quotes about the placements (glue name -> rounded value):
-    mean TV beyond the training lengths per target kind and placement, attn_out's TV at
-    the longest length, and the worst placement's mean TV at the training lengths."""
-    numbers = {
-        f"tv_beyond_{targets}_{norm}": round(
-            float(per_seed(results, "tv_beyond", targets, norm).mean()), 3
-        )
-        for targets in TARGETS
-        for norm in PLACEMENTS
-    }
-    longest = per_seed(results, "tv_longest", "soft", "attn_out")
-    numbers["tv_longest_soft_attn_out"] = round(float(longest.mean()), 3)
-    tv_train = max(
-        per_seed(results, "tv_train", "soft", norm).mean() for norm in PLACEMENTS
-    )
-    numbers["tv_train_soft_max"] = round(float(tv_train), 3)
-    return numbers
-
-
-def growth_numbers(
-    profiles: Mapping[tuple[str, str], Sequence[GapProfile]],
-) -> dict[str, float]:
-    """s x gap at the longest s over s = 1, mean over seeds, per target kind and
-    placement (glue name ``growth_<targets>_<norm>`` -> value rounded to 2 digits)."""
-    return {
-        f"growth_{targets}_{norm}": round(
-            float(ratio(profiles, targets, norm).mean()), 2
-        )
-        for targets in TARGETS
-        for norm in PLACEMENTS
-    }
-
-
 def entropy_floor(
     profiles: Mapping[tuple[str, str], Sequence[GapProfile]],
 ) -> np.ndarray:
@@ -425,31 +245,6 @@ def frozen_tolerance(
     )
 
 
-def mechanism_numbers(
-    profiles: Mapping[tuple[str, str], Sequence[GapProfile]],
-) -> dict[str, float]:
-    """The numbers the prose quotes about the mechanism (glue name -> rounded value):
-    the growth with the divisor frozen, the tolerance it is held to, and how near
-    uniform the attention stays."""
-    numbers: dict[str, float] = {
-        f"frozen_growth_{norm}": round(
-            float(ratio(profiles, "soft", norm, "frozen_gap").mean()), 2
-        )
-        for norm in OUTPUT_NORM
-    }
-    none_growth = ratio(profiles, "soft", "none")
-    numbers["none_growth_soft"] = round(float(none_growth.mean()), 2)
-    numbers["frozen_tolerance"] = round(float(frozen_tolerance(profiles)), 2)
-    numbers["n_models"] = sum(len(p) for p in profiles.values())
-    values = sharpness(profiles).values()
-    numbers["entropy_min"] = round(float(min(e for e, _ in values)), 3)
-    numbers["peak_max"] = round(float(max(p for _, p in values)), 2)
-    for norm in ("none", "attn_out"):
-        peak = peak_at_longest(profiles, "soft", norm)
-        numbers[f"peak_soft_{norm}"] = round(float(peak), 2)
-    return numbers
-
-
 def divisor_laws(v: int) -> tuple[np.ndarray, np.ndarray]:
     """Chapter 3's laws at every s = 1..v-1: the LN gap ``v / sqrt(s (v - s))``, and
     the ratio of the attention output's spread to its value at s = 1,
@@ -458,37 +253,6 @@ def divisor_laws(v: int) -> tuple[np.ndarray, np.ndarray]:
     s = np.arange(1, v)
     gap = np.array([ln_gap(v, int(k)) for k in s])
     return gap, (1 / s) / gap / ((1 / s[0]) / gap[0])
-
-
-def divisor_numbers(
-    profiles: Mapping[tuple[str, str], Sequence[GapProfile]],
-) -> dict[str, float]:
-    """The numbers the prose quotes about the output norm's divisor (glue name ->
-    rounded value): attn_out's distance from chapter 3's law (percent), each divisor
-    and attn_out's gap at the longest s, and where that gap is lowest."""
-    s = profiles[("soft", "attn_out")][0].s
-    gap_law, spread_law = divisor_laws(int(s[-1]) + 1)
-
-    def law_error(targets: str) -> float:
-        divisor = relative(profiles, targets, "attn_out", "divisor")
-        return np.abs(divisor / spread_law - 1).max()
-
-    attn_out_gap = relative(profiles, "soft", "attn_out", "gap").mean(0)
-    numbers: dict[str, float] = {
-        "law_error": round(float(100 * law_error("soft")), 1),
-        "sampled_law_error": round(float(100 * law_error("sampled")), 0),
-        "law_s15": round(float(spread_law[-1]), 3),
-    }
-    for norm in OUTPUT_NORM:
-        divisor = relative(profiles, "soft", norm, "divisor")[:, -1]
-        numbers[f"divisor_s15_{norm}"] = round(float(divisor.mean()), 3)
-    shortfall = attn_out_gap[-1] / (gap_law[-1] / gap_law[0])
-    numbers["gap_min_s"] = int(s[attn_out_gap.argmin()])
-    numbers["shortfall"] = round(float(shortfall), 2)
-    numbers["gap_s15_attn_out"] = round(float(attn_out_gap[-1]), 2)
-    numbers["gap_s8_attn_out"] = round(float(attn_out_gap[7]), 2)
-    numbers["ln_gap_s8"] = round(float(gap_law[7] / gap_law[0]), 2)
-    return numbers
 
 
 def post_and_pre_final(
@@ -530,29 +294,6 @@ def deeper_words(placements: Results, deeper: Results) -> dict[str, str]:
     }
 
 
-def deeper_numbers(placements: Results, deeper: Results) -> dict[str, float]:
-    """The numbers the prose quotes about post against pre_final (glue name -> rounded
-    value): their mean TV beyond with the MLP, and post minus pre_final with its 95%
-    and 90% paired t-intervals, with the MLP (``mlp_difference``, ``_low``, ``_high``)
-    and in the one-layer model (``one_layer_difference``, ``_low90``, ``_high90``)."""
-    _, with_mlp = post_and_pre_final(placements, deeper)
-    numbers = {
-        f"mlp_tv_beyond_{norm}": round(float(values.mean()), 3)
-        for norm, values in with_mlp.items()
-    }
-    effects = deeper_effects(placements, deeper)
-    for name, model in (("mlp", "with MLP"), ("one_layer", "one layer")):
-        interval = effects[model].interval
-        narrow = interval.at_level(0.9)
-        numbers[f"{name}_difference"] = round(interval.mean, 3)
-        numbers[f"{name}_difference_low"] = round(interval.low, 3)
-        numbers[f"{name}_difference_high"] = round(interval.high, 3)
-        numbers[f"{name}_difference_low90"] = round(narrow.low, 3)
-        numbers[f"{name}_difference_high90"] = round(narrow.high, 3)
-    numbers["tv_sesoi"] = TV_SESOI
-    return numbers
-
-
 def dropout_curves(
     placements: Results, dropout: Results, targets: str
 ) -> dict[str, np.ndarray]:
@@ -567,33 +308,6 @@ def dropout_curves(
         if t == targets
     }
     return curves
-
-
-def dropout_numbers(placements: Results, dropout: Results) -> dict[str, float]:
-    """The numbers the prose quotes about dropout (glue name -> rounded value): mean TV
-    beyond per setting and without dropout, and TV at the training lengths with and
-    without it."""
-    values = partial(dropout_values, placements, dropout)
-    numbers = {
-        f"dropout_{targets}_{kind}_{p}": round(
-            float(values("tv_beyond", targets, kind, p).mean()), 3
-        )
-        for targets, kind, p in DROPOUT
-    }
-    for targets in sorted({t for t, _, _ in DROPOUT}):
-        base = values("tv_beyond", targets, "attn_dropout", 0.0)
-        numbers[f"dropout_base_{targets}"] = round(float(base.mean()), 3)
-    train = [values("tv_train", t, k, p) for t, k, p in DROPOUT if t == "soft"]
-    numbers["dropout_train_soft_min"] = round(float(min(v.min() for v in train)), 3)
-    base = values("tv_train", "soft", "attn_dropout", 0.0)
-    numbers["dropout_train_soft_base"] = round(float(base.max()), 3)
-    sampled = [values("tv_train", "sampled", kind, 0.1) for kind in DROPOUT_KINDS]
-    numbers["dropout_train_sampled"] = round(
-        float(np.mean([v.mean() for v in sampled])), 3
-    )
-    base = values("tv_train", "sampled", "attn_dropout", 0.0)
-    numbers["dropout_train_sampled_base"] = round(float(base.mean()), 3)
-    return numbers
 
 
 def _means(results: Results, targets: str, norms: Sequence[str]) -> str:
@@ -775,35 +489,6 @@ def attn_out_lead(placements: Results) -> list[Effect]:
     return paired_effects(
         placements, "tv_beyond", treated={"norm": "attn_out"}, control={"norm": "post"}
     )
-
-
-def attn_out_lead_numbers(placements: Results) -> dict[str, float]:
-    """The numbers the prose quotes about :func:`attn_out_lead` on the reference sweep
-    (glue name -> value rounded to 3 digits), at the first and the last budget: the
-    smallest and largest cell mean with soft targets (``lead-soft-min-<step>``,
-    ``lead-soft-max-<step>``), and with sampled targets at the sweep's larger learning
-    rate, per init, the cell mean and its 95% interval's upper end
-    (``lead-sampled-fast-<init>-<step>``, ``...-high``)."""
-    effects = attn_out_lead(placements)
-    if any("lr" not in e.cell or "init" not in e.cell for e in effects):
-        raise ValueError(
-            f"{placements.spec.name} does not vary init and lr; allowed: the reference "
-            "sweep (reference.load('ch5/placements'))"
-        )
-    steps = sorted({e.step for e in effects})
-    fast = max(e.cell["lr"] for e in effects)
-    out: dict[str, float] = {}
-    for step in (steps[0], steps[-1]):
-        here = at_step(effects, step)
-        soft = [e.interval.mean for e in here if e.cell["targets"] == "soft"]
-        out[f"lead-soft-min-{step}"] = round(float(min(soft)), 3)
-        out[f"lead-soft-max-{step}"] = round(float(max(soft)), 3)
-        for e in here:
-            if e.cell["targets"] == "sampled" and e.cell["lr"] == fast:
-                key = f"lead-sampled-fast-{e.cell['init']}-{step}"
-                out[key] = round(float(e.interval.mean), 3)
-                out[f"{key}-high"] = round(float(e.interval.high), 3)
-    return out
 
 
 # The chapter's scorecard claims, declared once (book/scorecard.md).

@@ -186,7 +186,7 @@ AVERAGERS = {
 }
 
 
-# The reference scale (issue 19, "decide the nulls"). Constant learning rate after the
+# The reference tier (issue 19, "decide the nulls"). Constant learning rate after the
 # warm-up (a checkpoint of a 6000-step run is the end of the shorter run: the steps
 # axis is 1000, 3000, 6000), sampled targets, ten seeds, batch 128 (the batch axis of
 # the live grid gives way to the init axis). Every stored row is one (variant, logit

@@ -20,6 +20,7 @@ from torch import Tensor, nn
 from ..core.seeding import make_generator
 from ..core.tasks import Batch, Task, sample_next_tokens
 from ..core.training import TargetKind, training_loss
+from ..core.validation import require_int
 
 
 def flat_gradient(
@@ -66,11 +67,7 @@ def minibatch_gradients(
     Each batch is drawn as ``train`` draws it (input size from ``task.train_sizes()``,
     cycling).
     """
-    if not isinstance(n_batches, int) or n_batches < 2:
-        raise ValueError(
-            "n_batches must be an int >= 2 (a spread needs two samples), got "
-            f"{n_batches!r}"
-        )
+    n_batches = require_int("n_batches", n_batches, 2)  # a spread needs two samples
     generator = make_generator(seed)
     sizes = list(task.train_sizes())
     rows = []
@@ -91,8 +88,7 @@ def resampled_target_gradients(
     Their mean tends to the soft-target gradient on those inputs (the loss is linear in
     the targets).
     """
-    if not isinstance(n_draws, int) or n_draws < 1:
-        raise ValueError(f"n_draws must be a positive int, got {n_draws!r}")
+    n_draws = require_int("n_draws", n_draws, 1)
     generator = make_generator(seed)
     return torch.stack(
         [

@@ -12,6 +12,7 @@ import numpy as np
 
 from ..core.model import PLACEMENTS, NormPlacement
 from ..core.seeding import numpy_generator
+from ..core.validation import require_int
 from ..runs.claims import TV_SESOI, Claim, Decision, Effect
 from ..runs.spec import Config
 from ..runs.stats import FactorKind, Interval, factor_columns, pooled
@@ -51,8 +52,7 @@ def sample_specs(n: int, seed: int, space: SearchSpace = SearchSpace()) -> list[
     Every norm placement appears ``n // len(space.norm)`` or one more times (a shuffled,
     balanced assignment), so no placement is missed by chance in a small search.
     """
-    if not isinstance(n, int) or n < 1:
-        raise ValueError(f"n must be a positive int, got {n!r}")
+    n = require_int("n", n, 1)
     rng = numpy_generator(seed)
     norms = [space.norm[i % len(space.norm)] for i in range(n)]
     norms = [norms[i] for i in rng.permutation(n)]

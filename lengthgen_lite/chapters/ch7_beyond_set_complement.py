@@ -99,7 +99,7 @@ def _config(task: str, targets: str, norm: str) -> dict[str, object]:
     }
 
 
-# The reference scale (issue 19): the tasks and target kinds the scorecard's claims
+# The reference tier (issue 19): the tasks and target kinds the scorecard's claims
 # read (the game with sampled targets, a^n b^n with soft targets; unlock and no-repeat
 # need no remedy), the placements the claims compare, raw and EMA, the book's init
 # against PyTorch's, ten seeds, 6000 steps at a constant learning rate after the
@@ -115,12 +115,12 @@ REFERENCE_TASKS = {"tictactoe": "sampled", "anbn": "soft"}
 REFERENCE_PLACEMENTS = ("none", "post", "attn_out")
 REFERENCE_INITS = ("book", "torch")
 REFERENCE_D_MODEL = 64
-# a^n b^n's stable recipe at the reference scale (issue 33): at lr 3e-3, constant, 19 of
+# a^n b^n's stable recipe at the reference tier (issue 33): at lr 3e-3, constant, 19 of
 # its 60 seeds collapsed between 2000 and 6000 steps (a too-large Adam step along
 # W_Q/W_K, made permanent by a saturated softmax; benchmarks/anbn_collapse.py).
 # Clipping, Adam's eps and a longer warm-up did not stop it; lr 1e-3 with a cosine decay
 # did (0 of 60).
-# The live scale keeps lr 3e-3: its 300 steps end long before the first jump.
+# The live tier keeps lr 3e-3: its 300 steps end long before the first jump.
 STABLE_ANBN = {"lr": 1e-3, "schedule": "cosine"}
 
 

@@ -1,11 +1,11 @@
-"""The reference scale's scorecard rows (``book/reference.ipynb``): each claim a chapter
+"""The reference tier's scorecard rows (``book/reference.ipynb``): each claim a chapter
 declares, decided again on the long sweep in ``results/reference``
 (:mod:`lengthgen_lite.runs.store`), cell by cell of its sensitivity grid, with 95%
 t-intervals over ten seeds, by the one protocol of :mod:`lengthgen_lite.runs.claims`.
 
 Each function takes the stored :class:`~lengthgen_lite.runs.results.Results` of one
-chapter spec at the reference scale and returns the chapter's declared claim's
-:class:`~lengthgen_lite.runs.claims.Decision` at the reference scale.
+chapter spec at the reference tier and returns the chapter's declared claim's
+:class:`~lengthgen_lite.runs.claims.Decision` at the reference tier.
 """
 
 from __future__ import annotations
@@ -278,7 +278,7 @@ def shift(sweep: Results) -> Decision:
 
 
 def shift_numbers(sweep: Results, step: int | None = None) -> dict[str, float]:
-    """The numbers chapter 4 quotes about the variance shift at the reference scale
+    """The numbers chapter 4 quotes about the variance shift at the reference tier
     (glue name -> value) at checkpoint ``step`` (default: the last), per task ("dict",
     "argmax") over its normed cells (norm kind x item MLP x init x learning rate): the
     lowest and highest cell mean (over seeds) of the median per-feature variance ratio,

@@ -1,5 +1,5 @@
 """The scorecard's claims: each declared once, with its smallest effect of interest, and
-one verdict protocol for the live and the reference scale.
+one verdict protocol for the live and the reference tier.
 
 A :class:`Claim` is declared in its chapter module, before anything is measured: the
 statement and its source tag, the metric and its unit, the signed effect (``> 0``
@@ -61,7 +61,7 @@ VERDICTS = (
 CELL_WORDS = ("helps", "equivalent", "hurts", "inconclusive")
 Kind = Literal["measured", "demonstration", "not testable here"]
 KINDS: tuple[str, ...] = get_args(Kind)
-Scale = Literal["live", "reference"]
+Tier = Literal["live", "reference"]
 MARGINS_FILE_VARIABLE = "LENGTHGEN_MARGINS_FILE"
 
 #: The book's smallest difference of interest in a predicted distribution: a hundredth
@@ -169,11 +169,11 @@ def load_margins(path: str | pathlib.Path) -> list[Margin]:
 
 @dataclass(frozen=True)
 class Decision:
-    """A claim decided at one scale: its word, the cells' words and counts at the last
-    budget, the pooled estimate, and whether it is still moving."""
+    """A claim decided at one tier (live or reference): its word, the cells' words and
+    counts at the last budget, the pooled estimate, and whether it is still moving."""
 
     claim: Claim
-    scale: str
+    scale: str  # the tier decided at, "live" or "reference"
     word: str
     effects: tuple[Effect, ...]
     words: tuple[str, ...]  # the cells' words at the last budget, in ``final`` order
@@ -284,10 +284,10 @@ class Claim:
             )
 
     def decide(
-        self, effects: Sequence[Effect], scale: Scale = "live", detail: str = ""
+        self, effects: Sequence[Effect], tier: Tier = "live", detail: str = ""
     ) -> Decision:
         """The claim's word from its cells (every budget; the last decides)."""
-        require_choice("scale", scale, get_args(Scale))
+        require_choice("tier", tier, get_args(Tier))
         if self.kind != "measured":
             raise ValueError(
                 f"{self.key} is a {self.kind!r} claim: use demonstrate() or "
@@ -309,7 +309,7 @@ class Claim:
             moving = moved > estimate.half_width and moved >= self.sesoi
         return Decision(
             self,
-            scale,
+            tier,
             claim_word(words),
             tuple(effects),
             words,

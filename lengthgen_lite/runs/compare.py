@@ -1,4 +1,4 @@
-"""Effects at the reference scale: a claim's paired effect, or a level, in every cell of
+"""Effects at the reference tier: a claim's paired effect, or a level, in every cell of
 a sensitivity grid and at every checkpoint, with its t-interval over seeds, whether the
 trainings had converged, and how many of their seeds collapsed.
 

@@ -13,8 +13,8 @@ name or a bad value is a ``ValueError`` naming the field and what is allowed.
 same experiment; ``Spec.to_dict``/``from_dict`` round-trip it through JSON
 (``lengthgen-lite show``).
 
-Every spec has two scales. ``"live"`` is what a notebook trains, in minutes.
-``Spec.at_scale("reference")`` is the same experiment at the reference scale: at least
+Every spec has two tiers. ``"live"`` is what a notebook trains, in minutes.
+``Spec.at_tier("reference")`` is the same experiment at the reference tier: at least
 ten seeds, trained long enough to measure convergence, with checkpoints (weights scored
 at several step counts of the same training) and, where a claim may depend on them, more
 axes (the init scale, the learning rate, a component a reviewer would add): the spec's
@@ -54,8 +54,8 @@ AVERAGERS = {
     "ema": make_ema,
     "bema": make_bema,
 }  # kind -> factory of its keyword options; a spec names each "ema" or "ema_<label>"
-SCALES = ("live", "reference")  # the notebook's budget, or the converged one
-# What the reference scale changes when a spec's own ``reference`` does not say: ten
+TIERS = ("live", "reference")  # the notebook's budget, or the converged one
+# What the reference tier changes when a spec's own ``reference`` does not say: ten
 # seeds (0..9), 6000 steps scored also at 1000 and 3000, on the fast training path
 # (equal to the reference path up to float rounding; core.training).
 REFERENCE_DEFAULTS: dict[str, Any] = {
@@ -262,7 +262,7 @@ class Spec:
     the logit scales evaluated (1.0 is the model as trained). ``n_test`` and
     ``eval_seed`` fix the test sequences. ``checkpoints`` are step counts below the
     last at which the weights are scored too (rows carry their ``step``). ``reference``
-    overrides ``REFERENCE_DEFAULTS`` for :meth:`at_scale` ("reference"); its ``grid``
+    overrides ``REFERENCE_DEFAULTS`` for :meth:`at_tier` ("reference"); its ``grid``
     adds axes to the spec's grid, its ``base`` adds fields to the spec's base, its
     ``scales`` and ``averagers`` replace the spec's (each a stored row per seed and
     step: the reference keeps those a claim reads).
@@ -278,7 +278,7 @@ class Spec:
     scales: Sequence[float] = (1.0,)
     n_test: int = 2000
     eval_seed: int = 0
-    scale: str = "live"
+    tier: str = "live"
     description: str = ""
     checkpoints: Sequence[int] = ()
     reference: Mapping[str, Any] = field(default_factory=dict)
@@ -330,7 +330,7 @@ class Spec:
                     )
         require_int("n_test", self.n_test, 1)
         require_int("eval_seed", self.eval_seed, 0)
-        require_choice("scale", self.scale, SCALES)
+        require_choice("tier", self.tier, TIERS)
         if self.checkpoints:
             steps = {c.steps for c in self.configurations()}
             checkpoints = tuple(
@@ -402,18 +402,20 @@ class Spec:
             changes["seeds"] = tuple(range(require_int("seeds", changes["seeds"], 1)))
         return dataclasses.replace(self, **changes)
 
-    def at_scale(self, scale: str) -> Spec:
-        """This experiment at ``scale``: itself ("live"), or its reference sweep."""
-        require_choice("scale", scale, SCALES)
-        if scale == self.scale:
+    def at_tier(self, tier: str) -> Spec:
+        """This experiment at ``tier``: itself ("live"), or its reference sweep."""
+        require_choice("tier", tier, TIERS)
+        if tier == self.tier:
             return self
-        if self.scale != "live":
-            _fail("scale", scale, f"'{self.scale}' only (this spec is already scaled)")
+        if self.tier != "live":
+            _fail(
+                "tier", tier, f"'{self.tier}' only (this spec is the reference sweep)"
+            )
         options = {**REFERENCE_DEFAULTS, **self.reference}
         base = {**self.base, **REFERENCE_DEFAULTS["base"], **options.pop("base")}
         grid = {**self.grid, **options.pop("grid", {})}
         return self.with_overrides(
-            scale="reference",
+            tier="reference",
             base=base,
             grid=grid,
             steps=options.pop("steps"),
@@ -428,8 +430,12 @@ class Spec:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Spec:
+        """The spec of :meth:`to_dict`'s data; a file written before the live/reference
+        field was named ``tier`` (``"scale": "reference"``) reads as the same spec."""
         if not isinstance(data, Mapping):
             _fail("spec", data, f"a mapping with fields drawn from {_field_names(cls)}")
+        if "scale" in data and "tier" not in data:
+            data = {("tier" if k == "scale" else k): v for k, v in data.items()}
         _check_keys("spec", data, _field_names(cls))
         if "name" not in data:
             raise ValueError(
@@ -441,7 +447,7 @@ class Spec:
 __all__ = [
     "CONFIG_FIELDS",
     "REFERENCE_DEFAULTS",
-    "SCALES",
+    "TIERS",
     "Config",
     "Spec",
 ]

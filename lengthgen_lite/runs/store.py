@@ -137,8 +137,8 @@ class Store:
         return self.path(spec, index).exists()
 
     def missing(self, spec: Spec) -> list[int]:
-        """The configurations of ``spec`` (at the reference scale) with no file yet."""
-        spec = spec.at_scale("reference")
+        """The configurations of ``spec`` (at the reference tier) with no file yet."""
+        spec = spec.at_tier("reference")
         return [i for i in range(len(spec.configurations())) if not self.has(spec, i)]
 
     def todo(self, spec: Spec, only: Sequence[int] | None = None) -> list[int]:
@@ -159,7 +159,7 @@ class Store:
     def stale(self, spec: Spec) -> list[pathlib.Path]:
         """Files in ``spec``'s folder that no configuration of it reads any more (left
         by an earlier version of the spec: delete them with the change)."""
-        spec = spec.at_scale("reference")
+        spec = spec.at_tier("reference")
         keys = {config_key(spec, i) for i in range(len(spec.configurations()))}
         return sorted(
             p
@@ -203,13 +203,13 @@ class Store:
         if not path.exists():
             raise ValueError(
                 f"{spec.name} configuration {index} is not in the store ({path}); "
-                f"run: lengthgen-lite run {spec.name} --scale reference"
+                f"run: lengthgen-lite run {spec.name} --tier reference"
             )
         try:
             data = read_file(path)
         except ValueError as err:
             raise ValueError(
-                f"{err}; re-make it: lengthgen-lite run {spec.name} --scale "
+                f"{err}; re-make it: lengthgen-lite run {spec.name} --tier "
                 f"reference (sets the file aside, trains configuration {index} again)"
             ) from None
         if set(data) != set(FILE_KEYS):
@@ -226,7 +226,7 @@ class Store:
         """Rename each damaged file of ``spec`` (:func:`read_file` fails) to
         ``<name>.damaged``, so that its configuration is missing and a sweep trains
         it again; one line per file saying so."""
-        spec = spec.at_scale("reference")
+        spec = spec.at_tier("reference")
         lines = []
         for index in range(len(spec.configurations())):
             path = self.path(spec, index)
@@ -244,14 +244,14 @@ class Store:
 
     def load(self, spec: Spec, partial: bool = False) -> Results:
         """Every stored configuration of ``spec`` as one
-        :class:`~lengthgen_lite.runs.results.Results` (at the reference scale);
+        :class:`~lengthgen_lite.runs.results.Results` (at the reference tier);
         ``partial=False`` insists that none is missing; ``partial=True`` loads what is
         stored and lists the rest in ``provenance["missing"]``."""
-        spec = spec.at_scale("reference")
+        spec = spec.at_tier("reference")
         if (missing := self.missing(spec)) and not partial:
             raise ValueError(
-                f"{spec.name} at the reference scale lacks configurations {missing}; "
-                f"run: lengthgen-lite run {spec.name} --scale reference"
+                f"{spec.name} at the reference tier lacks configurations {missing}; "
+                f"run: lengthgen-lite run {spec.name} --tier reference"
             )
         files = [
             self.read(spec, i)
@@ -281,7 +281,7 @@ def sweep(
     only: Sequence[int] | None = None,
     on_damaged: Callable[[str], None] | None = None,
 ) -> Results | None:
-    """Train every configuration of ``spec`` at the reference scale that the store
+    """Train every configuration of ``spec`` at the reference tier that the store
     lacks, saving each as it lands (Ray: one task per configuration); load them all.
 
     A damaged file (:meth:`Store.set_aside_damaged`) counts as lacking: it is set
@@ -291,7 +291,7 @@ def sweep(
     between machines, or its most telling configurations first); then nothing is
     loaded unless the store is complete, and ``None`` is returned."""
     store = Store() if store is None else store
-    spec = spec.at_scale("reference")
+    spec = spec.at_tier("reference")
     check_run_options(backend, None, ray_address, ray_num_cpus)
     require_choice("backend", backend, ("local", "ray"))
     for line in store.set_aside_damaged(spec):

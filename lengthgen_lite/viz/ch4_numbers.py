@@ -9,6 +9,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from ..chapters.ch4_law import DIFFUSE, SHARP, UNIFORM, LawCheck
+from ..chapters.ch4_llama import F, LayerSummary, SlopeBands
 from ..chapters.ch4_vanishing_variance import AttentionCollapse, NearMisses, ShiftRatios
 
 
@@ -133,4 +134,55 @@ def rescaling_glue(
         "near_max": round(float(near.max()), 2),
         "near_chance": round(float(misses[0].chance), 3),
         "argmax_error_1024": round(float(np.mean([m.error_rate for m in misses])), 2),
+    }
+
+
+def layer_glue(
+    summary: LayerSummary,
+    bands: dict[tuple[str, str], SlopeBands],
+    sinks: dict[str, np.ndarray],
+) -> dict[str, float]:
+    """The numbers the chapter's prose quotes (``llama_*``), unrounded, in the order it
+    glues them."""
+    rand, text = (
+        bands[("random tokens", "after_o_proj")],
+        bands[("natural text", "after_o_proj")],
+    )
+    s, l0 = summary, summary.l0
+    return {
+        "llama_l0_rand": l0["random tokens"],
+        "llama_l0_rand_hi": rand.high[F][0],
+        "llama_l0_rand_lo": rand.low[F][0],
+        "llama_l0_o0": rand.point["feature o_0"][0],
+        "llama_l0_text": l0["natural text"],
+        "llama_l0_text_lo": text.low[F][0],
+        "llama_l0_text_hi": text.high[F][0],
+        "llama_l0_before": s.l0_before,
+        "llama_l0_global": s.l0_global,
+        "llama_l0_text_global": text.point["global"][0],
+        "llama_gap_rand": s.sink_gap["random tokens"],
+        "llama_gap_text": s.sink_gap["natural text"],
+        "llama_rho_rand": s.rho["random tokens"],
+        "llama_rho_text": s.rho["natural text"],
+        "llama_q3_l0": s.quant_shift[0],
+        "llama_q3_max": s.quant_shift.max(),
+        "llama_rw_l0": s.random_w[0],
+        "llama_rw_deep": np.median(s.random_w[1:]),
+        "llama_sink_l0_512": sinks["random tokens"][0, -1],
+        "llama_sink_max_8": sinks["random tokens"][:, 0].max(),
+        "llama_sink_max_512": sinks["random tokens"][:, -1].max(),
+    }
+
+
+def layer_counts(
+    summary: LayerSummary, bands: dict[tuple[str, str], SlopeBands]
+) -> dict[str, int]:
+    """The layer counts the prose quotes (``llama_n_*``), in the order it glues them."""
+    text = bands[("natural text", "after_o_proj")]
+    return {
+        "llama_n_decay": len(summary.decays),
+        "llama_n_rise": len(summary.rises),
+        "llama_n_decay_text": int((text.high[F] < 0).sum()),
+        "llama_n_rise_text": int((text.low[F] > 0).sum()),
+        "llama_n_nosink": int(summary.no_sink["random tokens"].sum()),
     }

@@ -18,17 +18,15 @@ from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 from plotly.subplots import make_subplots
 
+from ..chapters.ch5_mechanism import OUTPUT_NORM, GapProfile, stack_profile
 from ..chapters.ch5_post_norm import (
-    OUTPUT_NORM,
     PLACEMENTS,
     TARGETS,
-    GapProfile,
     Results,
     curves,
     divisor_laws,
     dropout_curves,
     relative,
-    stack_profile,
 )
 from ..core.evaluation import PrefixProfile
 from .common import panels, plot_length_curves, plot_tv_and_invalid_mass, rows_frame

@@ -1,5 +1,6 @@
 """What every chapter's figures share: axes and panels, the one seed-band curve
-primitive, axis labels, tidy-row tables and the rounded glue.
+primitive, the log-log plot against N (chapter 4: its law, its pretrained models), axis
+labels, tidy-row tables and the rounded glue.
 
 Every plotting function takes precomputed results, draws on ``ax`` (a new figure when
 ``ax`` is None) and returns the axes; none trains a model or computes a metric. A curve
@@ -19,13 +20,14 @@ import pandas as pd
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
-from ..core.evaluation import LengthTable, stack_metric
+from ..core.evaluation import LengthTable, loglog_slope, stack_metric
 from ..core.validation import is_int
 from ..runs.claims import Decision
 from .style import PALETTE
 
 S_LABEL = "prefix length s (tokens seen)"
 TV_LABEL = "TV to p* (0 = perfect, 1 = disjoint)"
+N_LABEL = "set size N (keys attended)"
 REFERENCE_STYLES = ("--", ":", "-.")  # dashed comparison curves, in order
 
 
@@ -300,6 +302,62 @@ def plot_metric(
         {label: stack_metric(tables, metric) for label, tables in runs.items()},
         **kwargs,
     )
+
+
+def plot_loglog_std(
+    N: Sequence[int],
+    curves: Mapping[str, np.ndarray],
+    *,
+    title: str,
+    ylabel: str,
+    linestyles: Mapping[str, str] | None = None,
+    colors: Mapping[str, str] | None = None,
+    reference: bool = True,
+    legend: bool = True,
+    xlabel: str = N_LABEL,
+    ax: Axes | None = None,
+) -> Axes:
+    """Std (or any positive quantity) against N on log-log axes; each legend entry shows
+    its fitted slope.
+
+    ``reference`` adds the law N^(-1/2), anchored at the first curve's first point.
+    """
+    N = np.asarray(N, dtype=float)
+    if not curves:
+        raise ValueError("curves must hold at least one labelled curve")
+    ax = ensure_axes(ax)
+    for i, (label, values) in enumerate(curves.items()):
+        y = as_seed_array(values, len(N), label, "N").mean(0)
+        color = (colors or {}).get(label, PALETTE[i % len(PALETTE)])
+        style = (linestyles or {}).get(label, "-")
+        slope = loglog_slope(N, y)
+        ax.plot(
+            N,
+            y,
+            marker="o",
+            markersize=4,
+            linestyle=style,
+            color=color,
+            label=f"{label} (slope {slope:.2f})",
+        )
+    if reference:
+        first = as_seed_array(next(iter(curves.values())), len(N), "first", "N").mean(
+            0
+        )[0]
+        ax.plot(
+            N,
+            first * (N / N[0]) ** -0.5,
+            linestyle=":",
+            color="0.2",
+            linewidth=1.2,
+            label=r"law $\propto N^{-1/2}$",
+        )
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    ax.set(xlabel=xlabel, ylabel=ylabel, title=title)
+    if legend:
+        ax.legend(fontsize="small")
+    return ax
 
 
 def rows_frame(

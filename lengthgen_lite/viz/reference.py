@@ -1,4 +1,4 @@
-"""Figures and tables of the reference scale (``book/reference.ipynb``): a claim's
+"""Figures and tables of the reference tier (``book/reference.ipynb``): a claim's
 effect in every cell of its sensitivity grid at every budget, with 95% intervals, and
 the training losses that say whether each configuration had converged."""
 
