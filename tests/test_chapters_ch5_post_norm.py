@@ -86,7 +86,7 @@ def test_scorecard_rows_are_decisions_of_the_declared_claims(placements, dropout
         ch5.DROPOUT_CLAIM,
     ]
     assert all(isinstance(d, Decision) and d.word in VERDICTS for d in decisions)
-    assert all(d.scale == "live" and d.final[0].step == 20 for d in decisions)
+    assert all(d.tier == "live" and d.final[0].step == 20 for d in decisions)
     postnorm, resharpen, dropout_row = decisions
     # one cell per target kind, labelled with the live run's init and learning rate
     assert [e.cell for e in postnorm.final] == [

@@ -358,7 +358,7 @@ def test_scorecard_claims_from_a_tiny_grid():
         (bema, ch6.BEMA_CLAIM),
         (temperature, ch6.TEMPERATURE_CLAIM),
     ):
-        assert decision.claim is claim and decision.scale == "live"
+        assert decision.claim is claim and decision.tier == "live"
         assert decision.word in VERDICTS and len(decision.final) == 2
         assert "2 cells x 2 seeds, 20 steps" in decision.number
     assert ema.final[0].cell == {

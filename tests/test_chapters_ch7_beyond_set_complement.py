@@ -87,7 +87,7 @@ def test_readers_and_scorecard(tiny):
         ch7.GAME_EMA_CLAIM,
         ch7.LANGUAGES_CLAIM,
     ]
-    assert all(d.word in VERDICTS and d.scale == "live" for d in decisions)
+    assert all(d.word in VERDICTS and d.tier == "live" for d in decisions)
     assert "2 cells x 2 seeds, 3 steps" in decisions[0].number
     game, ema, languages = (d.final for d in decisions)
     assert [e.cell["pair"] for e in game] == ["none - post", "post - attn_out"]

@@ -173,7 +173,7 @@ class Decision:
     counts at the last budget, the pooled estimate, and whether it is still moving."""
 
     claim: Claim
-    scale: str  # the tier decided at, "live" or "reference"
+    tier: str  # "live" or "reference"
     word: str
     effects: tuple[Effect, ...]
     words: tuple[str, ...]  # the cells' words at the last budget, in ``final`` order
@@ -337,7 +337,7 @@ class Claim:
             raise ValueError(f"{self.key} is {self.kind!r}, not 'not testable here'")
         return Decision(self, "live", "not testable here", (), (), None, False, reason)
 
-    def require(self, decision: Decision, words: str | Collection[str]) -> Decision:
+    def require(self, decision: Decision, words: str | Collection[str]) -> None:
         """Assert that ``decision`` earned one of ``words`` (the chapter's reading of
         its own run) and, where ``words`` is one decisive word ("reproduced",
         "reversed" or "no effect"), record its margin: how many standard errors the
@@ -354,7 +354,7 @@ class Claim:
             slack, spread = self._bar(decision)
             margin = Margin(
                 self.key,
-                f"{decision.scale}: {decision.word} ({self.statement})",
+                f"{decision.tier}: {decision.word} ({self.statement})",
                 "verdict",
                 slack,
                 spread,
@@ -363,10 +363,9 @@ class Claim:
             )
             _record(margin)
         assert decision.word in allowed, (
-            f"{self.key} ({decision.scale}): {decision.word!r}, expected "
+            f"{self.key} ({decision.tier}): {decision.word!r}, expected "
             f"{' or '.join(allowed)}; {decision.number}"
         )
-        return decision
 
     def _bar(self, decision: Decision) -> tuple[float, float]:
         """(slack, standard error) of the cell closest to losing its word."""
