@@ -54,7 +54,7 @@ from .runs.runner import BACKENDS, check_run_options
 from .runs.spec import TIERS
 from .runs.store import STORE, Store, sweep
 
-# each chapter's front module, in order: its SPECS, or a NO_SPECS line saying why none
+#: each chapter's front module, in order: its SPECS, or a NO_SPECS line saying why none
 CHAPTERS: tuple[ModuleType, ...] = (
     ch1_set_complement,
     ch2_attention_dispersion,

@@ -148,8 +148,8 @@ def dropout_rows(
 def profiles(
     results: Results, n_sequences: int = 2000
 ) -> dict[tuple[str, str], list[GapProfile]]:
-    """:func:`gap_profile` of every trained model: (targets, norm) -> one profile per
-    seed."""
+    """:func:`~lengthgen_lite.chapters.ch5_mechanism.gap_profile` of every trained
+    model: (targets, norm) -> one profile per seed."""
     return {
         (targets, norm): [
             gap_profile(m, n_sequences)
@@ -167,7 +167,7 @@ def ratio(
     field: str = "gap",
 ) -> np.ndarray:
     """s x ``field`` at the longest s over s = 1, per seed (1: the 1/s law): see
-    :func:`growth`."""
+    :func:`~lengthgen_lite.chapters.ch5_mechanism.growth`."""
     return growth(profiles[(targets, norm)], field)
 
 

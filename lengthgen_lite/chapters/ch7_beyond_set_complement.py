@@ -126,7 +126,7 @@ STABLE_ANBN = {"lr": 1e-3, "schedule": "cosine"}
 
 def reference_configs() -> list[dict[str, object]]:
     """The reference sweep's configurations: task (with its claim's target kind) x
-    placement x init, 64 wide, a^n b^n with :data:`STABLE_ANBN` (a list, not a grid:
+    placement x init, 64 wide, a^n b^n with ``STABLE_ANBN`` (a list, not a grid:
     each task has one target kind)."""
     return [
         {

@@ -172,7 +172,8 @@ def dropout_numbers(placements: Results, dropout: Results) -> dict[str, float]:
 
 
 def attn_out_lead_numbers(placements: Results) -> dict[str, float]:
-    """The numbers the prose quotes about :func:`attn_out_lead` on the reference sweep
+    """The numbers the prose quotes about
+    :func:`~lengthgen_lite.chapters.ch5_post_norm.attn_out_lead` on the reference sweep
     (glue name -> value rounded to 3 digits), at the first and the last budget: the
     smallest and largest cell mean with soft targets (``lead-soft-min-<step>``,
     ``lead-soft-max-<step>``), and with sampled targets at the sweep's larger learning
