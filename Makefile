@@ -56,12 +56,13 @@ book: $(VENDOR)/.copied
 	@echo "The book: $(CURDIR)/_build/html/index.html"
 
 # The whole book as one PDF, offline: the single-page build printed by the system Chromium
-# (Jupyter Book's pdfhtml builder would download a browser). It shares _build/.doctrees with
+# (Jupyter Book's pdfhtml builder would download a browser); the venv's Python reads the contents'
+# page numbers off the PDF and writes its metadata (tools/finish_pdf.py). It shares _build/.doctrees with
 # `make book`: run the two one after the other, not at once.
 pdf: $(VENDOR)/.copied $(NODE) $(CHROMIUM)
 	rm -rf _build/singlehtml
 	$(BIN)/jupyter-book build . --builder singlehtml -W -n --keep-going
-	node tools/print_pdf.mjs _build/singlehtml $(PDF)
+	node tools/print_pdf.mjs _build/singlehtml $(PDF) $(BIN)/python
 	if [ -d _build/html ]; then cp $(PDF) $(BOOK_PDF); fi
 
 # A release's files, in _build/dist/: the HTML book with its PDF as one archive ($(HTML_ARCHIVE).tar.gz,

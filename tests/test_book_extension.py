@@ -224,3 +224,31 @@ def test_a_real_build_fails_on_an_unknown_verdict(tmp_path):
         tmp_path, SCORECARD.replace("no effect          2.0", "mostly true        2.0")
     )
     assert status != 0
+
+
+def test_slider_figures_take_their_cells_alt_text():
+    from lengthgen_lite.viz.sliders import SliderFigure
+
+    figure = {"data": [], "layout": {"sliders": [{"steps": []}]}}
+    shown = SliderFigure("ch0-demo", figure)._repr_mimebundle_()["text/html"]
+    labelled = ext.slider_alt(shown, ' Curves "fall" & rise. ')
+    assert labelled.startswith(
+        '<div id="lengthgen-slider-ch0-demo" class="lengthgen-slider" role="figure" '
+        'aria-label="Curves &quot;fall&quot; &amp; rise." data-lengthgen-slider='
+    )
+    with pytest.raises(ValueError, match="not a slider figure"):
+        ext.slider_alt("<div></div>", "x")
+
+
+def test_accessible_body_names_toggles_by_their_text_and_lists_the_bibliography():
+    body = (
+        '<summary aria-label="Toggle hidden content">\n<p>Show code cell source</p>'
+        '</summary><div role="list" class="citation-list">'
+        '<div class="citation" id="id1" role="doc-biblioentry">A.</div></div>'
+    )
+    assert ext.accessible_body(body) == (
+        "<summary>\n<p>Show code cell source</p></summary>"
+        '<div role="list" class="citation-list">'
+        '<div class="citation" role="listitem" id="id1">A.</div></div>'
+    )
+    assert ext.accessible_body(ext.accessible_body(body)) == ext.accessible_body(body)

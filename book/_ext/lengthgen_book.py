@@ -7,6 +7,9 @@ Everything here is computed from files in the repository, so nothing is typed tw
   (``benchmarks/results/speed.json``, written by ``make bench``) and a link that opens
   the same notebook in a local ``make lab`` (also a header button);
 - on every page, a header button that opens the whole book as one PDF;
+- on each slider figure (plotly, drawn in the browser), its cell's alt text
+  (``mystnb.image.alt``, written by tools/apply_alt_text.py) as the figure's accessible
+  name, as myst-nb gives it to the cell's image outputs;
 - ``{cite-this}``: the citation and its BibTeX, from ``CITATION.cff``;
 - the scorecard's verdicts as coloured badges, ``{verdict-summary}``: their counts, and
   ``{verdict}`word```: one badge in prose. The verdicts are glued from the notebooks, so
@@ -16,6 +19,7 @@ Everything here is computed from files in the repository, so nothing is typed tw
 
 from __future__ import annotations
 
+import html
 import json
 import pathlib
 import re
@@ -43,6 +47,8 @@ BOOK_PDF = "lengthgen-lite.pdf"
 # package's own tuple (one definition); each has a badge colour in
 # _static/lengthgen.css.
 VERDICTS = claims.VERDICTS
+# The opening of a slider figure's div (viz.sliders._HTML): where its label goes.
+SLIDER_DIV = 'class="lengthgen-slider"'
 
 
 def project_version(root: pathlib.Path) -> str:
@@ -250,6 +256,56 @@ def add_chapter_line(app: Sphinx, doctree: nodes.document) -> None:
     section.insert(1, box)  # after the title
 
 
+def slider_alt(html_text: str, alt: str) -> str:
+    """A slider figure's HTML (viz.sliders) with ``alt`` as its accessible name.
+
+    The plotly div becomes a labelled figure (``role="figure"``, not ``img``: its
+    slider stays reachable inside it).
+    """
+    if SLIDER_DIV not in html_text:
+        raise ValueError(f"not a slider figure's HTML: no {SLIDER_DIV!r} in it")
+    label = f'{SLIDER_DIV} role="figure" aria-label="{html.escape(alt.strip())}"'
+    return html_text.replace(SLIDER_DIV, label, 1)
+
+
+def label_slider_figures(app: Sphinx, doctree: nodes.document) -> None:
+    """Every slider figure of a notebook cell named by its cell's alt text."""
+    for cell in doctree.findall(nodes.container):
+        if cell.get("nb_element") != "cell_code":
+            continue
+        meta = cell.get("cell_metadata", {}).get("mystnb", {})
+        alt = meta.get("image", {}).get("alt")
+        for raw in cell.findall(nodes.raw):
+            if alt and SLIDER_DIV in raw.astext():
+                raw.children = [nodes.Text(slider_alt(raw.astext(), alt))]
+
+
+# Markup of other packages that misleads assistive technology, and its repair (checked
+# by axe-core in the browser test): myst-nb names every hide-input toggle "Toggle hidden
+# content" whatever its visible text ("Show code cell source"), and docutils makes the
+# bibliography a list whose entries are not list items (doc-biblioentry, deprecated).
+ACCESSIBLE_MARKUP = (
+    ('<summary aria-label="Toggle hidden content">', "<summary>"),
+    ('class="citation" id=', 'class="citation" role="listitem" id='),
+    (' role="doc-biblioentry"', ""),
+)
+
+
+def accessible_body(body: str) -> str:
+    """A page's HTML body with ``ACCESSIBLE_MARKUP`` repaired."""
+    for old, new in ACCESSIBLE_MARKUP:
+        body = body.replace(old, new)
+    return body
+
+
+def repair_markup(
+    app: Sphinx, pagename: str, templatename: str, context: dict[str, Any], doctree: Any
+) -> None:
+    """Every page's body through ``accessible_body`` (html and singlehtml)."""
+    if "body" in context:
+        context["body"] = accessible_body(context["body"])
+
+
 def add_lab_button(
     app: Sphinx, pagename: str, templatename: str, context: dict[str, Any], doctree: Any
 ) -> None:
@@ -403,9 +459,11 @@ def setup(app: Sphinx) -> dict[str, Any]:
     # after sphinx-external-toc's redirect
     app.connect("build-finished", single_page_at_root, priority=900)
     app.connect("doctree-read", add_chapter_line)
+    app.connect("doctree-read", label_slider_figures)
     # after the theme makes the list
     app.connect("html-page-context", add_lab_button, priority=502)
     app.connect("html-page-context", add_pdf_button, priority=502)
+    app.connect("html-page-context", repair_markup)
     app.add_role("verdict", verdict_role)
     app.add_directive("cite-this", CiteThis)
     app.add_directive("verdict-summary", VerdictSummary)

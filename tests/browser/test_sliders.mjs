@@ -4,10 +4,13 @@
 // another host or a missing local file, raises a script error (other than sphinx-thebe's known
 // harmless one), leaves a stored widget unrendered, maps a widget module outside vendor/, or has a
 // slider figure that does not change when its slider is dragged; or if the book holds fewer slider
-// figures than the minimum.
-// Saves a screenshot of every slider figure, after the drag, to _build/browser/.
-import { mkdir, readdir, readFile } from "node:fs/promises";
+// figures than the minimum; or if axe-core (the accessibility checker) finds a serious or critical
+// problem on any page (THEME below lists the few findings left to the theme, with the reason).
+// Saves a screenshot of every slider figure, after the drag, to _build/browser/, and axe's findings
+// of every impact, page by page, to _build/browser/axe.json.
+import { mkdir, readdir, readFile, writeFile } from "node:fs/promises";
 import path from "node:path";
+import { AxeBuilder } from "@axe-core/playwright";
 import { HARMLESS, launchChromium, onlyOrigin, serveDirectory } from "../../tools/browser.mjs";
 
 if (process.argv.length !== 4 || !Number.isInteger(Number(process.argv[3]))) {
@@ -16,6 +19,20 @@ if (process.argv.length !== 4 || !Number.isInteger(Number(process.argv[3]))) {
 const [root, minimum] = [path.resolve(process.argv[2]), Number(process.argv[3])];
 const SHOTS = path.resolve(root, "..", "browser");
 const failures = [];
+// axe's impacts that fail the test; moderate and minor findings are only counted.
+const FAILING = new Set(["serious", "critical"]);
+// Findings left to the theme (sphinx-book-theme on pydata-sphinx-theme), by rule and by the class
+// of the element: its header buttons carry an aria-label ("Search", "Color mode") that differs
+// from their visible text (the search button's "Search Ctrl+K", the colour switch's icon text),
+// written by the theme's templates and scripts, which no configuration or CSS changes.
+const THEME = {
+  "label-content-name-mismatch": ["search-button-field", "theme-switch-button"],
+};
+const fromTheme = (rule, node) => {
+  const opening = node.html.slice(0, node.html.indexOf(">") + 1);
+  const classes = (/class="([^"]*)"/.exec(opening)?.[1] ?? "").split(/\s+/);
+  return (THEME[rule] ?? []).some((name) => classes.includes(name));
+};
 const fail = (page, message) => failures.push(`${page}: ${message}`);
 
 async function htmlPages(dir) {
@@ -69,6 +86,7 @@ async function dragEverySlider(page, name, figure) {
 }
 
 let sliderCount = 0;
+const findings = [];
 let widgetCount = 0;
 let external = 0;
 // The widget manager's modules, each defined by name in embed-amd.js: each loads its icon fonts from
@@ -117,7 +135,20 @@ for (const url of await htmlPages(root)) {
       fail(names[i], `slider figure did not render or could not be dragged: ${error.message}`);
     }
   }
-  console.log(`${url}: ${names.length} slider figure(s), ${views} widget view(s)`);
+  // axe on the page as the reader sees it: widgets rendered, slider figures drawn (and dragged).
+  const axe = await new AxeBuilder({ page }).analyze();
+  let found = 0;
+  for (const v of axe.violations) {
+    const nodes = v.nodes.filter((node) => !fromTheme(v.id, node));
+    found += nodes.length;
+    if (nodes.length === 0) continue;
+    findings.push({ page: url, rule: v.id, impact: v.impact, help: v.help, targets: nodes.map((n) => n.target.join(" ")) });
+    if (FAILING.has(v.impact)) {
+      const where = nodes.slice(0, 3).map((n) => n.target.join(" ")).join(", ");
+      fail(url, `axe ${v.impact} ${v.id} (${v.help}) on ${nodes.length} element(s): ${where}`);
+    }
+  }
+  console.log(`${url}: ${names.length} slider figure(s), ${views} widget view(s), ${found} axe finding(s)`);
   sliderCount += names.length;
   widgetCount += views;
   await page.close();
@@ -125,6 +156,10 @@ for (const url of await htmlPages(root)) {
 await browser.close();
 server.close();
 
+await writeFile(path.join(SHOTS, "axe.json"), `${JSON.stringify(findings, null, 1)}\n`);
+const tally = {};
+for (const f of findings) tally[`${f.impact} ${f.rule}`] = (tally[`${f.impact} ${f.rule}`] ?? 0) + f.targets.length;
+console.log(`axe findings (elements, all pages): ${JSON.stringify(tally)}`);
 if (sliderCount < minimum) failures.push(`${sliderCount} slider figure(s) in the book, expected at least ${minimum}`);
 console.log(`${sliderCount} slider figure(s), ${widgetCount} widget view(s), ${external} external request(s) aborted`);
 if (failures.length) {
