@@ -36,8 +36,8 @@ const PRINT_WIDTH = Math.round(680 / SCALE);
 const problems = [];
 
 const server = await serveDirectory(root);
-// About A4's printable width at 96 dpi, so responsive figures are laid out at the width they print.
-const browser = await launchChromium({ width: 720, height: 1000 });
+// The width the page prints at, so responsive figures are laid out at the width they print.
+const browser = await launchChromium({ width: PRINT_WIDTH, height: 1000 });
 const page = await browser.context.newPage();
 page.setDefaultTimeout(120_000);
 page.on("pageerror", (error) => error.message.includes(HARMLESS) || problems.push(`script error: ${error.message}`));
@@ -65,12 +65,10 @@ await page.evaluate(() => window.MathJax.startup.promise);
 const unrendered = await page.locator("mjx-merror, .MathJax_Error").count();
 if (unrendered) problems.push(`${unrendered} MathJax error(s)`);
 
-// Slider figures as they print: the page laid out for print at the width it prints at (nothing
-// may be wider, or Chromium shrinks the whole book to fit it), each figure
-// drawn wider than its column and zoomed back to it, its slider moved below the legend and axis
-// titles if it would cover them.
+// Slider figures as they print: the page laid out for print (nothing may be wider than the
+// sheet, or Chromium shrinks the whole book to fit it), each figure drawn wider than its column
+// and zoomed back to it, its slider moved below the legend and axis titles if it would cover them.
 await page.emulateMedia({ media: "print" });
-await page.setViewportSize({ width: PRINT_WIDTH, height: 1000 });
 await page.evaluate(async (zoom) => {
   const below = (gd) => Math.max(
     ...[...gd.querySelectorAll(".legend, .infolayer [class*='xtitle'], .xaxislayer-above")].map((n) => n.getBoundingClientRect().bottom),
