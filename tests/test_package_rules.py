@@ -237,12 +237,6 @@ CELL_NOTEBOOKS = sorted(
 )
 MAX_CELL_LINES = 15
 SETUP_DECLARATION = "# The setup cell"
-# Cells still over the limit because one statement (a loop) is longer than it; each
-# needs its code rewritten, not split. Keyed by notebook and cell id, with the reason.
-LONG_STATEMENT_CELLS = {
-    ("04_vanishing_variance.ipynb", "3d634aae"): "a 22-line loop over the tasks",
-    ("04_vanishing_variance.ipynb", "c893641f"): "a 28-line print-and-assert loop",
-}
 
 
 def code_cells(path: pathlib.Path) -> list[dict]:
@@ -258,8 +252,7 @@ def test_code_cells_are_short_and_define_nothing(path):
     for index, cell in enumerate(code_cells(path)):
         lines = "".join(cell["source"]).splitlines()
         setup = index == 0 and bool(lines) and lines[0].startswith(SETUP_DECLARATION)
-        known = (path.name, cell["id"]) in LONG_STATEMENT_CELLS
-        if len(lines) > MAX_CELL_LINES and not setup and not known:
+        if len(lines) > MAX_CELL_LINES and not setup:
             long.append(f"{cell['id']} ({len(lines)} lines)")
         if any(re.match(r"\s*(async\s+)?(def|class)\s", line) for line in lines):
             defining.append(cell["id"])
@@ -271,12 +264,3 @@ def test_code_cells_are_short_and_define_nothing(path):
     assert not defining, (
         f"cells define a function or class: {defining}; move it to the package"
     )
-
-
-def test_long_statement_cells_are_still_long():
-    """An entry of LONG_STATEMENT_CELLS goes once its cell fits the limit."""
-    for (name, cell_id), reason in LONG_STATEMENT_CELLS.items():
-        path = next(p for p in CELL_NOTEBOOKS if p.name == name)
-        (cell,) = [c for c in code_cells(path) if c["id"] == cell_id]
-        lines = "".join(cell["source"]).splitlines()
-        assert len(lines) > MAX_CELL_LINES, f"{name} {cell_id} ({reason}) now fits"
