@@ -38,7 +38,7 @@ from ..core.tasks import sample_sequences, target_distribution
 from ..runs import Spec
 from ..runs.claims import TV_SESOI, Claim, Decision, Effect, cell_word
 from .ch1_set_complement import BASELINE
-from .ch6_runs import LengthRange, Run, cell_of
+from .ch6_runs import LengthRange, Run, cell_of, ema_gain
 from .ch6_search import SEARCH_SEEDS, SEARCH_STEPS, search_configs
 
 
@@ -299,13 +299,7 @@ def ema_effects(
     """EMA's gain (raw minus EMA TV over ``lengths``, per seed) in every configuration
     of the grid: one cell each (norm, batch, lr)."""
     return [
-        Effect.of(
-            run.gain(lengths),
-            run.config.steps,
-            unstable=run.unstable,
-            averager="ema",
-            **cell_of(run, "norm", "batch", "lr"),
-        )
+        ema_gain(run, lengths, averager="ema", **cell_of(run, "norm", "batch", "lr"))
         for run in grid.values()
     ]
 

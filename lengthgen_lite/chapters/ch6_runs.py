@@ -14,6 +14,7 @@ import numpy as np
 from ..core.training import TrainResult
 from ..core.validation import require_choice
 from ..runs import Results
+from ..runs.claims import Effect
 from ..runs.compare import training_state
 from ..runs.spec import Config
 
@@ -111,6 +112,15 @@ class Run:
 def cell_of(run: Run, *fields: str) -> dict[str, object]:
     """The fields of ``run``'s configuration that name its cell of a claim."""
     return {f: getattr(run.config, f) for f in fields}
+
+
+def ema_gain(source: Run, lengths: LengthRange = "beyond", **cell: object) -> Effect:
+    """EMA's gain in one run (raw minus EMA TV over ``lengths``, per seed) as the cell
+    ``cell``, with the run's collapsed seeds: the grid's and the search's EMA claims
+    read every run this way."""
+    return Effect.of(
+        source.gain(lengths), source.config.steps, unstable=source.unstable, **cell
+    )
 
 
 def by_config(

@@ -16,7 +16,7 @@ from ..core.validation import require_int
 from ..runs.claims import TV_SESOI, Claim, Decision, Effect
 from ..runs.spec import Config
 from ..runs.stats import FactorKind, Interval, factor_columns, pooled
-from .ch6_runs import LengthRange, Run, cell_of
+from .ch6_runs import LengthRange, Run, cell_of, ema_gain
 
 
 @dataclass(frozen=True)
@@ -145,15 +145,9 @@ def search_ema_effects(
 ) -> list[Effect]:
     """EMA's gain (raw minus EMA TV over ``lengths``, per seed) in every run of the
     search: one cell each."""
+    fields = ("norm", "lr", "batch", "resid_dropout")
     return [
-        Effect.of(
-            run.gain(lengths),
-            run.config.steps,
-            unstable=run.unstable,
-            remedy="ema",
-            run=i,
-            **cell_of(run, "norm", "lr", "batch", "resid_dropout"),
-        )
+        ema_gain(run, lengths, remedy="ema", run=i, **cell_of(run, *fields))
         for i, run in enumerate(search)
     ]
 
