@@ -6,27 +6,15 @@ import torch
 
 from lengthgen_lite.chapters import ch4_llama as llama
 from lengthgen_lite.core import pretrained
+from tiny_models import tiny_llama
 
 
 @pytest.fixture(scope="module")
 def tiny():
     """A tiny randomly initialised Llama: the hooks and the measurement without the real
     weights."""
-    pretrained.offline()
-    from transformers import LlamaConfig, LlamaForCausalLM
-
     torch.manual_seed(0)
-    cfg = LlamaConfig(
-        vocab_size=300,
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=128,
-        attn_implementation="eager",
-    )
-    return LlamaForCausalLM(cfg).eval()
+    return tiny_llama(attn_implementation="eager").eval()
 
 
 def tokens(n=5, length=24, seed=0):

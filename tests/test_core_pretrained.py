@@ -7,37 +7,7 @@ import torch
 
 from lengthgen_lite.core import pretrained
 from lengthgen_lite.core.seeding import make_generator, seed_everything
-
-
-def tiny_bert():
-    pretrained.offline()
-    from transformers import BertConfig, BertModel
-
-    cfg = BertConfig(
-        vocab_size=300,
-        hidden_size=16,
-        num_hidden_layers=1,
-        num_attention_heads=2,
-        intermediate_size=32,
-        max_position_embeddings=64,
-    )
-    return BertModel(cfg)
-
-
-def tiny_llama():
-    pretrained.offline()
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    cfg = LlamaConfig(
-        vocab_size=300,
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=128,
-    )
-    return LlamaForCausalLM(cfg)
+from tiny_models import tiny_bert, tiny_llama
 
 
 def test_random_tokens_between_the_given_ends_stay_in_range():

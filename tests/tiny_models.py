@@ -1,0 +1,44 @@
+"""Randomly initialised BERT and Llama models small enough to build in a test: the
+pretrained-model code paths without a download (the hub is switched off)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from lengthgen_lite.core import pretrained
+
+
+def tiny_bert(vocab_size: int = 300, **config: Any) -> Any:
+    """A one-layer BERT, 16 wide; ``config`` adds ``BertConfig`` fields."""
+    pretrained.offline()
+    from transformers import BertConfig, BertModel
+
+    cfg = BertConfig(
+        vocab_size=vocab_size,
+        hidden_size=16,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        intermediate_size=32,
+        max_position_embeddings=64,
+        **config,
+    )
+    return BertModel(cfg)
+
+
+def tiny_llama(**config: Any) -> Any:
+    """A two-layer Llama, 32 wide, vocabulary 300; ``config`` adds ``LlamaConfig``
+    fields."""
+    pretrained.offline()
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    cfg = LlamaConfig(
+        vocab_size=300,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=128,
+        **config,
+    )
+    return LlamaForCausalLM(cfg)
