@@ -11,25 +11,14 @@ from lengthgen_lite.core.pretrained import (
     random_init_like,
     random_token_sequences,
 )
+from tiny_models import tiny_bert
 
 
 @pytest.fixture(scope="module")
 def tiny():
     """A tiny randomly initialised BERT: shapes and errors without the real weights."""
-    offline()
-    from transformers import BertConfig, BertModel
-
     torch.manual_seed(0)
-    cfg = BertConfig(
-        vocab_size=2100,
-        hidden_size=16,
-        num_hidden_layers=1,
-        num_attention_heads=2,
-        intermediate_size=32,
-        max_position_embeddings=64,
-        attn_implementation="eager",
-    )
-    return BertModel(cfg, add_pooling_layer=False).eval()
+    return tiny_bert(2100, pooling=False, attn_implementation="eager").eval()
 
 
 def test_layer0_outputs_shapes_and_w_o(tiny):

@@ -8,8 +8,9 @@ from typing import Any
 from lengthgen_lite.core import pretrained
 
 
-def tiny_bert(vocab_size: int = 300, **config: Any) -> Any:
-    """A one-layer BERT, 16 wide; ``config`` adds ``BertConfig`` fields."""
+def tiny_bert(vocab_size: int = 300, pooling: bool = True, **config: Any) -> Any:
+    """A one-layer BERT, 16 wide (with its pooling layer unless ``pooling`` is False);
+    ``config`` adds ``BertConfig`` fields."""
     pretrained.offline()
     from transformers import BertConfig, BertModel
 
@@ -22,7 +23,7 @@ def tiny_bert(vocab_size: int = 300, **config: Any) -> Any:
         max_position_embeddings=64,
         **config,
     )
-    return BertModel(cfg)
+    return BertModel(cfg, add_pooling_layer=pooling)
 
 
 def tiny_llama(**config: Any) -> Any:
