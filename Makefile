@@ -48,7 +48,7 @@ SUDO := $(if $(ROOT),,sudo)
 export OMP_NUM_THREADS := 1
 export MKL_NUM_THREADS := 1
 
-.PHONY: book pdf dist test unit nbval margins browser execute bench lab lint format
+.PHONY: book pdf dist packages check-dist test unit nbval margins browser execute bench lab lint format
 
 book: $(VENDOR)/.copied
 	rm -rf _build/html
@@ -67,10 +67,15 @@ pdf: $(VENDOR)/.copied $(NODE) $(CHROMIUM)
 
 # A release's files, in _build/dist/: the HTML book with its PDF as one archive ($(HTML_ARCHIVE).tar.gz,
 # open index.html: nothing is fetched), the PDF beside it, and the package's sdist and wheel, built
-# offline by the venv's setuptools (the wheel from the sdist, so the sdist is known to be complete).
+# offline by the venv's setuptools (the wheel from the sdist, so the sdist is known to be complete;
+# the wheel carries the reference store the chapters read, lengthgen_lite/data/reference).
 dist: $(ENV)
 	$(MAKE) --no-print-directory book
 	$(MAKE) --no-print-directory pdf
+	$(MAKE) --no-print-directory packages
+
+# dist's files from the book and the PDF already built (make test builds them beside pytest).
+packages: $(ENV)
 	test -f $(BOOK_PDF)
 	rm -rf $(DIST) _build/$(HTML_ARCHIVE)
 	mkdir -p $(DIST)
@@ -82,6 +87,18 @@ dist: $(ENV)
 	$(BIN)/pip wheel --quiet --no-deps --no-build-isolation --no-index --wheel-dir $(DIST) \
 	  $(DIST)/lengthgen_lite-$(VERSION).tar.gz
 	ls -l $(DIST)
+
+# What a reader downloads, checked as a reader gets it (make test runs it after make pdf): the archive
+# unpacked elsewhere passes the browser test (every page, axe-core) and opens from file:// with
+# nothing fetched; the wheel, installed on its own into an empty folder, executes the reference
+# page (it reads every chapter's stored sweep) with nothing of the repository on the path.
+UNPACKED := _build/unpacked
+check-dist: packages $(NODE) $(CHROMIUM)
+	rm -rf $(UNPACKED) && mkdir -p $(UNPACKED)
+	tar -xzf $(DIST)/$(HTML_ARCHIVE).tar.gz -C $(UNPACKED)
+	node tests/browser/test_sliders.mjs $(UNPACKED)/$(HTML_ARCHIVE) $(MIN_SLIDERS)
+	node tests/browser/test_offline.mjs $(UNPACKED)/$(HTML_ARCHIVE)
+	$(BIN)/python tests/check_wheel.py $(DIST)/lengthgen_lite-$(VERSION)-py3-none-any.whl book/reference.ipynb
 
 # make lint first (a second or two), then one pytest run over both cores: unit tests and every
 # chapter as nbval items, compared with its stored

@@ -8,7 +8,7 @@ reach the loss floor, then jump (to 1-4 nats for a window) and settle on a plate
 Sub-commands (each prints plain numbers; none prints a time as a result):
 
 - ``stored``: the unstable-seed counts of the stored sweep
-  (``results/reference/ch7__placements``; since issue 33 trained with
+  (``lengthgen_lite/data/reference/ch7__placements``; since issue 33 trained with
   ``ch7.STABLE_ANBN``, lr 1e-3 and a cosine decay: 0 of 60; the collapsed sweep at lr
   3e-3, 19 of 60, is in the history at 7a893e8) under the book's divergence rule (final
   window above the minimum window by more than 5 % of the fall, fall = first window -
@@ -65,7 +65,6 @@ import dataclasses
 import gzip
 import json
 import math
-import pathlib
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -89,9 +88,9 @@ from lengthgen_lite.core.training import (
     training_loss,
 )
 from lengthgen_lite.runs.spec import Config
+from lengthgen_lite.runs.store import STORE
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
-STORED = ROOT / "results" / "reference" / "ch7__placements"
+STORED = STORE / "ch7__placements"
 LIVE = SPECS["ch7/placements"]
 SPEC = LIVE.at_tier("reference")
 FLOOR = math.log(2) / 2  # the optimum: log 2 at each of the n a-phase positions of 2n

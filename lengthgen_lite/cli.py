@@ -11,11 +11,11 @@
     lengthgen-lite --version
 
 ``--tier reference`` runs the experiment's reference sweep (``Spec.at_tier``) into the
-results store (``results/reference/``, or ``--store``), one file per configuration as
-it lands; configurations already stored are skipped, so the same command resumes, and
-a damaged stored file is set aside and its configuration trained again (one line says
-so). ``run`` ends with a summary: where the results went, the seeds and steps, the wall
-time and the key metric per configuration (``Results.key_metric``).
+results store (``lengthgen_lite/data/reference/``, or ``--store``), one file per
+configuration as it lands; configurations already stored are skipped, so the same
+command resumes, and a damaged stored file is set aside and its configuration trained
+again (one line says so). ``run`` ends with a summary: where the results went, the seeds
+and steps, the wall time and the key metric per configuration (``Results.key_metric``).
 
 Layering: the command line sits on the chapters (``cli -> chapters -> runs -> core``,
 checked by ``tests/test_package_rules.py``) and imports each chapter's front module
@@ -245,7 +245,8 @@ def build_parser() -> argparse.ArgumentParser:
     go.add_argument(
         "--store",
         default=str(STORE),
-        help="with --tier reference: the store folder (default: results/reference)",
+        help="with --tier reference: the store folder (default: the store shipped in "
+        "the package, lengthgen_lite/data/reference)",
     )
     go.add_argument(
         "--configs",

@@ -6,7 +6,9 @@
 # One pytest run keeps both cores busy: the unit tests, and every chapter executed as nbval items twice
 # (compared with its stored outputs; on new seeds with every claim asserted); then the margin report.
 # Beside it, two chains that mostly wait on a browser: (1) the book is built, printed to PDF (make pdf)
-# and the PDF checked against it, then every page checked in a browser; (2) the live path: chapter 2
+# and the PDF checked against it, then the release files made (make check-dist): every page of the
+# unpacked HTML archive checked in a browser (axe-core too) and from file://, and the wheel installed
+# alone executes the reference page; (2) the live path: chapter 2
 # run in JupyterLab and its sliders moved (tests/browser/test_live.mjs). Their output goes to
 # _build/logs/ and is printed after pytest's, so the log reads in order.
 set -uo pipefail
@@ -43,9 +45,9 @@ echo "stage lint: $(elapsed "$t") s, exit $lint_status" >> "$logs/stages.txt"
   echo "stage pdf + its check (beside pytest): $(elapsed "$t") s, exit $status" >> "$logs/stages.txt"
   [ $status -eq 0 ] || exit $status
   t=$(date +%s)
-  node tests/browser/test_sliders.mjs _build/html "$min_sliders" > "$logs/browser.log" 2>&1
+  make --no-print-directory check-dist MIN_SLIDERS="$min_sliders" > "$logs/browser.log" 2>&1
   status=$?
-  echo "stage browser (beside pytest): $(elapsed "$t") s, exit $status" >> "$logs/stages.txt"
+  echo "stage release files: browser + axe and file:// on the unpacked archive, a chapter from the wheel (beside pytest): $(elapsed "$t") s, exit $status" >> "$logs/stages.txt"
   exit $status
 ) &
 book_pid=$!

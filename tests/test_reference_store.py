@@ -1,8 +1,9 @@
-"""The committed reference store (results/reference): every file the book reads loads
-with its provenance, and each spec's stored numbers are re-made here: one seed of one
-configuration, retrained up to the first checkpoint, must give the stored row (within
-the notebook comparison's default tolerance: 2% relative or 0.002 absolute; another
-CPU rounds differently). A sweep still in progress is checked on what it has stored."""
+"""The committed reference store (lengthgen_lite/data/reference): every file the book
+reads loads with its provenance, and each spec's stored numbers are re-made here: one
+seed of one configuration, retrained up to the first checkpoint, must give the stored
+row (within the notebook comparison's default tolerance: 2% relative or 0.002
+absolute; another CPU rounds differently). A sweep still in progress is checked on
+what it has stored."""
 
 import numpy as np
 import pytest

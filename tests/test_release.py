@@ -16,8 +16,12 @@ import shutil
 import subprocess
 import sys
 import tomllib
+import zipfile
 
 import yaml
+from setuptools import build_meta
+
+from lengthgen_lite.runs.store import STORE
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 WORKFLOWS = ROOT / ".github" / "workflows"
@@ -243,3 +247,44 @@ def test_chromium_is_chosen_in_one_place(tmp_path):
     assert result.returncode != 0
     assert f"LENGTHGEN_CHROMIUM={missing}: no such file" in result.stderr
     assert "apt-get" not in result.stdout
+
+
+def test_make_test_checks_the_release_files_as_a_reader_gets_them():
+    run_all = (ROOT / "tests" / "run_all.sh").read_text()
+    assert "make --no-print-directory check-dist" in run_all
+    v = version()
+    check = dry_run("check-dist", "MIN_SLIDERS=7")
+    unpacked = f"_build/unpacked/lengthgen-lite-{v}-html"
+    for expected in (
+        f"tar -xzf _build/dist/lengthgen-lite-{v}-html.tar.gz -C _build/unpacked",
+        f"node tests/browser/test_sliders.mjs {unpacked} 7",
+        f"node tests/browser/test_offline.mjs {unpacked}",
+        f"tests/check_wheel.py _build/dist/lengthgen_lite-{v}-py3-none-any.whl",
+    ):
+        assert expected in check, f"make check-dist does not run {expected!r}"
+    # the archive is made before it is unpacked, and checked before the wheel
+    assert check.index("tar -czf") < check.index("tar -xzf")
+
+
+def test_the_wheel_carries_the_reference_store(tmp_path):
+    stored = {p.relative_to(STORE.parents[1]) for p in STORE.glob("*/*.json.gz")}
+    assert stored, "the reference store is empty"
+    cwd = os.getcwd()
+    os.chdir(ROOT)
+    try:
+        sdist = build_meta.build_sdist(str(tmp_path))
+    finally:
+        os.chdir(cwd)
+    subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps"]
+        + ["--no-build-isolation", "--no-index", "--wheel-dir", str(tmp_path)]
+        + [str(tmp_path / sdist)],
+        check=True,
+        cwd=tmp_path,
+    )
+    (wheel,) = tmp_path.glob("*.whl")
+    names = set(zipfile.ZipFile(wheel).namelist())
+    missing = {str(p) for p in stored} - {
+        n.removeprefix("lengthgen_lite/") for n in names
+    }
+    assert not missing, f"the wheel lacks {len(missing)} stored sweep files"

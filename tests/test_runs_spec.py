@@ -54,7 +54,10 @@ def test_a_spec_written_before_tier_reads_its_scale_as_the_tier():
     ref = tiny_spec().at_tier("reference")
     old = {("scale" if k == "tier" else k): v for k, v in ref.to_dict().items()}
     assert "tier" not in old and Spec.from_dict(old) == ref
-    folder = pathlib.Path(__file__).parents[1] / "results/reference/ch1__baseline"
+    folder = (
+        pathlib.Path(__file__).parents[1]
+        / "lengthgen_lite/data/reference/ch1__baseline"
+    )
     stored = sorted(folder.glob("*.json.gz"))
     with gzip.open(stored[0], "rt") as file:
         spec = Spec.from_dict(json.load(file)["spec"])

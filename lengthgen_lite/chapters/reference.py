@@ -1,5 +1,5 @@
 """The reference tier's scorecard rows (``book/reference.ipynb``): each claim a chapter
-declares, decided again on the long sweep in ``results/reference``
+declares, decided again on the long sweep in ``lengthgen_lite/data/reference``
 (:mod:`lengthgen_lite.runs.store`), cell by cell of its sensitivity grid, with 95%
 t-intervals over ten seeds, by the one protocol of :mod:`lengthgen_lite.runs.claims`.
 

@@ -1,6 +1,7 @@
 """The reference results store: one gzipped JSON file per configuration of a reference
-sweep, committed under ``results/reference/``, so a long sweep survives interruptions
-and the book reads converged numbers without training.
+sweep, committed under ``lengthgen_lite/data/reference/`` (package data: an installed
+wheel carries it), so a long sweep survives interruptions and the book reads converged
+numbers without training.
 
 A file is named by its spec and a key: a hash of everything that decides its numbers
 (the configuration's fields, the seeds, the checkpoints, the averagers, the logit
@@ -49,7 +50,8 @@ from .runner import check_run_options, ray_units, run_configuration, sort_rows
 from .spec import Spec
 from .stats import converged, loss_plateau, loss_windows
 
-STORE = pathlib.Path(__file__).resolve().parents[2] / "results" / "reference"
+# The committed reference store: package data, so an installed wheel reads it too.
+STORE = pathlib.Path(__file__).resolve().parents[1] / "data" / "reference"
 LOSS_WINDOWS = 60  # window means kept of each seed's loss curve
 DIGITS = 6  # significant digits kept of every stored metric
 FILE_KEYS = ("spec", "config", "key", "provenance", "training", "rows")
@@ -120,7 +122,8 @@ def training_summary(loss: np.ndarray, steps: list[int]) -> dict[str, Any]:
 
 
 class Store:
-    """The files of reference sweeps under ``root`` (default ``results/reference``)."""
+    """The files of reference sweeps under ``root`` (default: ``STORE``, the package's
+    ``data/reference``)."""
 
     def __init__(self, root: str | pathlib.Path = STORE) -> None:
         self.root = pathlib.Path(root)
