@@ -132,44 +132,88 @@ def test_verdict_counts():
         ext.verdict_counts(["reproduced", "mostly"])
 
 
+def test_final_word_is_the_reference_verdict_where_it_exists():
+    assert ext.final_word("reproduced", "mixed") == "mixed"
+    assert ext.final_word("reversed", "reversed") == "reversed"
+    assert ext.final_word("mixed", "none: a fixed model") == "mixed"
+    with pytest.raises(ValueError, match="neither a verdict"):
+        ext.final_word("mixed", "mostly")
+    with pytest.raises(ValueError, match="live verdict 'mostly'"):
+        ext.final_word("mostly", "mixed")
+
+
+def test_badge_boxes_are_found_by_class_or_dropdown_container_class():
+    from docutils import nodes
+
+    word = nodes.inline("mixed", "mixed", classes=["pasted-text"])
+    claim = nodes.admonition("", nodes.paragraph("", "", word), classes=["claim"])
+    assert ext.in_badge_box(word)
+    claim["classes"] = ["note"]
+    assert not ext.in_badge_box(word)
+    nodes.container("", claim, container_classes=["sd-mb-3", "survives"])
+    assert ext.in_badge_box(word)
+
+
+# A tiny book page in MyST, as book/scorecard.md and the chapters write it; {glued}
+# stands for myst-nb's {glue:text} (an inline of class pasted-text), defined in conf.py.
 SCORECARD = """\
-Scorecard
-=========
+# Scorecard
 
-.. verdict-summary::
+```{verdict-summary}
+```
 
-.. table::
-   :class: scorecard
+```{table}
+:class: scorecard
 
-   =====  =================  ======
-   claim  verdict            number
-   =====  =================  ======
-   a      reproduced         1.0
-   b      no effect          2.0
-   c      reproduced         3.0
-   =====  =================  ======
+| claim | live verdict | reference verdict | final word | number |
+|---|---|---|---|---|
+| a | {glued}`reproduced` | {glued}`mixed` | | 1.0 |
+| b | {glued}`no effect` | none: a fixed model | | 2.0 |
+| c | {glued}`reproduced` | {glued}`reproduced` | | 3.0 |
+```
 
-.. table::
-   :class: reference-scorecard
+```{admonition} Claim
+:class: claim
+A claim. Live run: {glued}`reversed`. Reference sweep: {glued}`inconclusive`.
+```
 
-   =====  =================  ======
-   claim  reference verdict  number
-   =====  =================  ======
-   a      mixed              1.0
-   c      reproduced         3.0
-   =====  =================  ======
+```{dropdown} Does this survive longer training?
+:class-container: survives
+
+| claim | live run | reference sweep |
+|---|---|---|
+| a | {glued}`reproduced` | {glued}`demonstration` |
+```
+
+```{container} findings
+- A finding of the intro: {glued}`not testable here`.
+```
+
+Outside the boxes a glued word stays text: {glued}`reversed`.
+"""
+
+GLUED_ROLE = """
+from docutils import nodes
+
+
+def glued(name, rawtext, text, lineno, inliner, options=None, content=None):
+    return [nodes.inline(text, text, classes=["pasted-text"])], []
+
+
+def setup(app):
+    app.add_role("glued", glued)
 """
 
 
 def build(tmp_path: pathlib.Path, scorecard: str) -> tuple[int, pathlib.Path]:
-    """A tiny Sphinx project with the extension: a scorecard page and one chapter; (exit
-    code, html dir)."""
+    """A tiny Sphinx project with the extension: a scorecard page (MyST) and one
+    chapter; (exit code, html dir)."""
     src = tmp_path / "src"
     (src / "notebooks").mkdir(parents=True)
     (src / "conf.py").write_text(
         f"import sys\nsys.path.insert(0, {str(ROOT / 'book' / '_ext')!r})\n"
-        "extensions = ['lengthgen_book']\nhtml_theme = "
-        "'sphinx_book_theme'\nlengthgen_lab_port = 9999\n"
+        "extensions = ['myst_parser', 'sphinx_design', 'lengthgen_book']\n"
+        "html_theme = 'sphinx_book_theme'\nlengthgen_lab_port = 9999\n" + GLUED_ROLE
     )
     (src / "pyproject.toml").write_text('[project]\nname = "x"\nversion = "9.8.7"\n')
     speed = {
@@ -178,28 +222,45 @@ def build(tmp_path: pathlib.Path, scorecard: str) -> tuple[int, pathlib.Path]:
     }
     (src / "benchmarks" / "results").mkdir(parents=True)
     (src / "benchmarks" / "results" / "speed.json").write_text(json.dumps(speed))
-    (src / "index.rst").write_text(scorecard + "\n.. toctree::\n\n   notebooks/01_x\n")
-    (src / "notebooks" / "01_x.rst").write_text("A chapter\n=========\n\nText.\n")
+    (src / "index.md").write_text(scorecard + "\n```{toctree}\n\nnotebooks/01_x\n```\n")
+    (src / "notebooks" / "01_x.md").write_text("# A chapter\n\nText.\n")
     out = tmp_path / "html"
     status = build_main(["-b", "html", "-W", "-q", "-E", str(src), str(out)])
     return status, out
 
 
-def test_a_real_build_badges_counts_and_chapter_line(tmp_path):
+def badge_html(word: str) -> str:
+    return f'<span class="verdict verdict-{word.replace(" ", "-")}">{word}</span>'
+
+
+def test_a_real_build_badges_final_words_counts_and_chapter_line(tmp_path):
     status, out = build(tmp_path, SCORECARD)
     assert status == 0
     index = (out / "index.html").read_text()
+    # the tally counts the final words: a's reference, b's live verdict, c's reference
     assert re.search(
-        r'<p class="verdict-summary"><strong>at the reference scale, 2 claims: '
-        r'</strong>1 <span class="verdict verdict-reproduced">reproduced</span>, 1 '
-        r'<span class="verdict verdict-mixed">mixed</span>; <strong>in the live '
-        r"runs of the chapters, 3 claims: </strong>2 <span "
-        r'class="verdict verdict-reproduced">reproduced</span>, 1 <span '
-        r'class="verdict verdict-no-effect">no effect</span></p>',
+        r'<p class="verdict-summary"><strong>3 claims, by their final word: '
+        rf"</strong>1 {badge_html('reproduced')}, 1 {badge_html('mixed')}, 1 "
+        rf"{badge_html('no effect')}</p>",
         index,
     )
-    # three rows and two in the summary
-    assert index.count('class="verdict verdict-reproduced"') == 5
+    body = index[index.index("<tbody>") : index.index("</tbody>")]
+    rows = re.findall(r"<tr class=\"row-(?:odd|even)\">(.*?)</tr>", body, re.S)
+    cells = [re.findall(r"<td>(.*?)</td>", row, re.S) for row in rows]
+    assert [[cell.strip() for cell in row[1:4]] for row in cells] == [
+        [f"<p>{badge_html(w)}</p>" for w in ("reproduced", "mixed", "mixed")],
+        [
+            f"<p>{badge_html('no effect')}</p>",
+            "<p>none: a fixed model</p>",
+            f"<p>{badge_html('no effect')}</p>",
+        ],
+        [f"<p>{badge_html('reproduced')}</p>"] * 3,
+    ]
+    # glued words in the claim box, the dropdown, the findings are badges; else text
+    for word in ("reversed", "inconclusive", "demonstration", "not testable here"):
+        assert badge_html(word) in index, word
+    assert index.count(badge_html("reversed")) == 1
+    assert '<span class="pasted-text">reversed</span>' in index
     chapter = (out / "notebooks" / "01_x.html").read_text()
     assert (
         "Execution time: about 12 s for the whole chapter on a 2-core CPU "
@@ -207,9 +268,7 @@ def test_a_real_build_badges_counts_and_chapter_line(tmp_path):
     )
     assert "the CPU model was not recorded" in chapter
     # the link under the title and the header button
-    assert (
-        chapter.count('href="http://127.0.0.1:9999/lab/tree/notebooks/01_x.rst"') == 2
-    )
+    assert chapter.count('href="http://127.0.0.1:9999/lab/tree/notebooks/01_x.md"') == 2
     # the whole book as one PDF, a header button relative to each page
     assert f'href="../{ext.BOOK_PDF}"' in chapter and f'href="{ext.BOOK_PDF}"' in index
     # the footer
@@ -219,10 +278,23 @@ def test_a_real_build_badges_counts_and_chapter_line(tmp_path):
     )
 
 
-def test_a_real_build_fails_on_an_unknown_verdict(tmp_path):
-    status, _ = build(
-        tmp_path, SCORECARD.replace("no effect          2.0", "mostly true        2.0")
-    )
+@pytest.mark.parametrize(
+    "old, new",
+    [
+        ("{glued}`no effect`", "{glued}`mostly true`"),  # not a verdict
+        ("none: a fixed model", "unknown"),  # neither a verdict nor "none"
+        ("| 2.0 |", "reproduced | 2.0 |"),  # a final word typed by hand
+        ("| live verdict |", "| verdict |"),  # a column the final word needs
+    ],
+)
+def test_a_real_build_fails_on_a_bad_scorecard(tmp_path, old, new):
+    page = SCORECARD.replace(old, new, 1)
+    assert page != SCORECARD
+    if old == "| 2.0 |":
+        page = SCORECARD.replace(
+            "none: a fixed model | | 2.0 |", "none: x | mixed | 2.0 |"
+        )
+    status, _ = build(tmp_path, page)
     assert status != 0
 
 

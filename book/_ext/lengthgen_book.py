@@ -11,10 +11,13 @@ Everything here is computed from files in the repository, so nothing is typed tw
   (``mystnb.image.alt``, written by tools/apply_alt_text.py) as the figure's accessible
   name, as myst-nb gives it to the cell's image outputs;
 - ``{cite-this}``: the citation and its BibTeX, from ``CITATION.cff``;
-- the scorecard's verdicts as coloured badges, ``{verdict-summary}``: their counts, and
-  ``{verdict}`word```: one badge in prose. The verdicts are glued from the notebooks, so
-  this runs after myst-nb pastes them (a post-transform); it works on the doctree, so
-  the PDF and readers without JavaScript see it too.
+- the scorecard's verdicts as coloured badges, its *final word* (the reference sweep's
+  verdict where it has one, else the live run's), ``{verdict-summary}``: the final
+  words' counts, and ``{verdict}`word```: one badge in prose; glued verdict words in
+  the chapters' claim boxes and "Does this survive longer training?" dropdowns become
+  badges too. The verdicts are glued from the notebooks, so this runs after myst-nb
+  pastes them (a post-transform); it works on the doctree, so the PDF and readers
+  without JavaScript see it too.
 """
 
 from __future__ import annotations
@@ -47,6 +50,15 @@ BOOK_PDF = "lengthgen-lite.pdf"
 # package's own tuple (one definition); each has a badge colour in
 # _static/lengthgen.css.
 VERDICTS = claims.VERDICTS
+# The scorecard table's columns the extension reads (the two verdicts) and fills (the
+# final word), in book/scorecard.md.
+LIVE, REFERENCE, FINAL = "live verdict", "reference verdict", "final word"
+# How a reference-verdict cell starts when no reference sweep can decide the claim.
+NO_REFERENCE = "none"
+# Boxes whose glued verdict words become badges: the chapters' claim admonitions
+# (``:class: claim``), their "Does this survive longer training?" dropdowns
+# (``:class-container: survives``) and the intro's findings (``{container} findings``).
+BADGE_BOXES = frozenset({"claim", "survives", "findings"})
 # The opening of a slider figure's div (viz.sliders._HTML): where its label goes.
 SLIDER_DIV = 'class="lengthgen-slider"'
 
@@ -121,6 +133,43 @@ def badge(word: str) -> nodes.inline:
     return nodes.inline(
         word, word, classes=["verdict", "verdict-" + word.replace(" ", "-")]
     )
+
+
+def final_word(live: str, reference: str) -> str:
+    """The scorecard's final word on a claim: its reference verdict where the claim has
+    one, else its live verdict.
+
+    ``reference`` is a verdict, or text starting with ``NO_REFERENCE`` for a claim no
+    reference sweep can decide (the reason follows it).
+    """
+    if live not in VERDICTS:
+        raise ValueError(
+            f"live verdict {live!r} is not a verdict; a verdict is one of "
+            f"{list(VERDICTS)}"
+        )
+    if reference in VERDICTS:
+        return reference
+    if reference.startswith(NO_REFERENCE):
+        return live
+    raise ValueError(
+        f"reference verdict {reference!r} is neither a verdict (one of "
+        f"{list(VERDICTS)}) nor starts with {NO_REFERENCE!r} (no reference sweep)"
+    )
+
+
+def in_badge_box(node: nodes.Node) -> bool:
+    """Whether ``node`` sits in a claim box, a "survives" dropdown or the findings.
+
+    sphinx-design keeps a dropdown's ``:class-container:`` in ``container_classes``
+    until it renders the dropdown (after this extension's post-transform).
+    """
+    parent = node.parent
+    while parent is not None:
+        names = {*parent.get("classes", []), *parent.get("container_classes", [])}
+        if names & BADGE_BOXES:
+            return True
+        parent = parent.parent
+    return False
 
 
 def citation(cff: dict[str, Any]) -> tuple[str, str]:
@@ -378,17 +427,17 @@ class CiteThis(SphinxDirective):
 
 
 class VerdictSummary(SphinxDirective):
-    """``{verdict-summary}``: where the counts of the page's scorecard verdicts go
-    (filled later)."""
+    """``{verdict-summary}``: where the counts of the scorecard's final words go (filled
+    later)."""
 
     def run(self) -> list[nodes.Node]:
         return [nodes.paragraph("", "", classes=["verdict-summary"])]
 
 
 class ScorecardBadges(SphinxPostTransform):
-    """Badges for the verdict columns of the scorecard tables (class ``scorecard``: the
-    live runs; ``reference-scorecard``: the reference scale), and their counts: the
-    reference verdicts first, the live ones beside them.
+    """The scorecard table (class ``scorecard``): its two verdict columns as badges, its
+    final-word column filled in from them, and the final words' counts in the
+    ``{verdict-summary}``; glued verdict words in ``BADGE_BOXES`` as badges.
 
     Runs after myst-nb's glue post-transform (priority 5) has pasted the verdicts.
     """
@@ -396,56 +445,61 @@ class ScorecardBadges(SphinxPostTransform):
     default_priority = 10
 
     def apply(self, **kwargs: Any) -> None:
-        live, reference = [], []
+        finals = []
         for table in self.document.findall(nodes.table):
             if "scorecard" in table["classes"]:
-                live += self.badge_column(table)
-            elif "reference-scorecard" in table["classes"]:
-                reference += self.badge_column(table, "reference verdict")
+                finals += self.fill_table(table)
+        for pasted in list(self.document.findall(nodes.inline)):
+            word = pasted.astext().strip()
+            glued = "pasted-text" in pasted["classes"]
+            if glued and word in VERDICTS and in_badge_box(pasted):
+                pasted.parent.replace(pasted, badge(word))
         for summary in list(self.document.findall(nodes.paragraph)):
             if "verdict-summary" not in summary["classes"]:
                 continue
-            if not live:
+            if not finals:
                 LOGGER.warning(
                     "verdict-summary: no scorecard table on this page", location=summary
                 )
                 continue
-            counts = [("in the live runs of the chapters", live)]
-            if reference:
-                counts.insert(0, ("at the reference scale", reference))
-            for j, (scale, words) in enumerate(counts):
-                summary += nodes.Text("; " if j else "")
-                summary += nodes.strong("", f"{scale}, {len(words)} claims: ")
-                for i, (word, count) in enumerate(verdict_counts(words)):
-                    summary += nodes.Text(f"{', ' if i else ''}{count} ")
-                    summary += badge(word)
+            summary += nodes.strong("", f"{len(finals)} claims, by their final word: ")
+            for i, (word, count) in enumerate(verdict_counts(finals)):
+                summary += nodes.Text(f"{', ' if i else ''}{count} ")
+                summary += badge(word)
 
-    def badge_column(self, table: nodes.table, name: str = "verdict") -> list[str]:
-        """Replace each cell's text in column ``name`` by its badge; return the
-        verdicts, or [] after a warning."""
+    def fill_table(self, table: nodes.table) -> list[str]:
+        """Badge each row's verdicts and fill in its final word; return the final
+        words, or [] after a warning."""
         header = [
             entry.astext().strip()
             for entry in next(table.findall(nodes.thead)).findall(nodes.entry)
         ]
-        if name not in header:
-            LOGGER.warning(f"scorecard table has no {name!r} column", location=table)
+        if missing := [name for name in (LIVE, REFERENCE, FINAL) if name not in header]:
+            LOGGER.warning(f"scorecard table has no {missing} column", location=table)
             return []
-        column = header.index(name)
-        words = []
+        finals = []
         for row in next(table.findall(nodes.tbody)).findall(nodes.row):
-            cell = row[column]
-            word = cell.astext().strip()
-            if word not in VERDICTS:
+            live, reference, final = (
+                row[header.index(n)] for n in (LIVE, REFERENCE, FINAL)
+            )
+            if final.astext().strip():
                 LOGGER.warning(
-                    f"scorecard verdict {word!r} is not one of {list(VERDICTS)}",
-                    location=cell,
+                    f"scorecard: the {FINAL!r} cell is filled in from the two verdicts;"
+                    f" leave it empty, not {final.astext().strip()!r}",
+                    location=final,
                 )
                 continue
-            paragraph = cell.next_node(nodes.paragraph)
-            paragraph.children = []
-            paragraph += badge(word)
-            words.append(word)
-        return words
+            try:
+                word = final_word(live.astext().strip(), reference.astext().strip())
+            except ValueError as error:
+                LOGGER.warning(f"scorecard: {error}", location=row)
+                continue
+            for cell in (live, reference):
+                if (text := cell.astext().strip()) in VERDICTS:
+                    cell.children = [nodes.paragraph("", "", badge(text))]
+            final.children = [nodes.paragraph("", "", badge(word))]
+            finals.append(word)
+        return finals
 
 
 def setup(app: Sphinx) -> dict[str, Any]:
