@@ -1,13 +1,13 @@
 """Chapter 2's measurements of dispersion: the power-law exponent of the logit gap, and
 how far from -1 the attention itself lets it be.
 
-Under the balanced reading of the logits (each seen token lowers its own logit by c
-times its attention weight), the gap after s tokens is c times the smallest weight on a
-seen token other than the query. Uniform attention gives c/s, an exponent of exactly -1;
-a model whose ``s * min a`` varies by a factor ``spread`` over the lengths can move the
-fitted exponent by at most :func:`exponent_slack` ``(s, spread)``. Chapter 2 uses that
-bound as its tolerance, so the tolerance comes from the model's attention, not from the
-gap it is compared with.
+Under the balanced reading of the logits (each seen token lowers its own logit by the
+displacement kappa times its attention weight), the gap after s tokens is kappa times
+the smallest weight on a seen token other than the query. Uniform attention gives
+kappa/s, an exponent of exactly -1; a model whose ``s * min a`` varies by a factor
+``spread`` over the lengths can move the fitted exponent by at most
+:func:`exponent_slack` ``(s, spread)``. Chapter 2 uses that bound as its tolerance, so
+the tolerance comes from the model's attention, not from the gap it is compared with.
 """
 
 from __future__ import annotations
@@ -60,9 +60,9 @@ def exponent_slack(s: Sequence[float], spread: float) -> float:
     """The largest change of the fitted exponent when ``s * y`` varies by a factor
     ``spread`` over ``s``.
 
-    If y = c/s times a factor that stays in [f, f * spread], log(s y) lies in a band of
-    width log(spread), and a least-squares slope over the lengths s can move by at most
-    log(spread) * sum_{x_i > mean}(x_i - mean) / sum(x_i - mean)^2, with x = log s.
+    If y = kappa/s times a factor that stays in [f, f * spread], log(s y) lies in a band
+    of width log(spread), and a least-squares slope over the lengths s can move by at
+    most log(spread) * sum_{x_i > mean}(x_i - mean) / sum(x_i - mean)^2, with x = log s.
     """
     x = np.log(_lengths(s))
     if (
@@ -83,8 +83,8 @@ def scaled_min_weight(pattern: np.ndarray) -> np.ndarray:
     for s = 2..L.
 
     ``pattern`` is [batch, query_pos, key_pos] (one head). 1 for uniform attention; the
-    balanced reading's gap is c/s times this factor (the least-attended seen token sets
-    the gap).
+    balanced reading's gap is kappa/s times this factor (the least-attended seen token
+    sets the gap).
     """
     pattern = np.asarray(pattern, dtype=float)
     if (
@@ -265,7 +265,7 @@ def gap_numbers(
     flat = soft_s_gap / soft_s_gap.mean(axis=1, keepdims=True)
     sampled_s_gap = sampled * s
     decay = sampled_s_gap[:, -2] / sampled_s_gap[:, 1]  # s x gap at s = v-2 over s = 2
-    # g2, the mean soft gap at s = 2 (the proposition's c / 2)
+    # g2, the mean soft gap at s = 2 (the proposition's kappa / 2)
     numbers = {"gap_s2": round(float(soft[:, 1].mean()), 1)}
     for name, key in (("soft targets", "soft"), ("sampled targets", "sampled")):
         numbers[f"slope_{key}_min"] = round(float(slopes[name].min()), 2)

@@ -83,10 +83,11 @@ def complement_basis(v: int) -> Tensor:
 
 
 def construction_displacement(C: float, delta: float = 1.0) -> float:
-    """The displacement c that gives the construction precision exactly C at lengths 1
-    and 2.
+    """The displacement kappa that gives the construction precision exactly C at lengths
+    1 and 2.
 
-    Length 2 binds: its margin is c/2 + min(delta, 0), so c = 2 (C - min(delta, 0)).
+    Length 2 binds: its margin is kappa/2 + min(delta, 0), so kappa = 2 (C - min(delta,
+    0)).
     """
     _check_positive("precision C", C)
     _check_delta(delta)
@@ -106,13 +107,14 @@ def construction(v: int, C: float, delta: float = 1.0) -> Transformer:
     """The theorem's construction at d_model = d_head = v-1, loaded into the package's
     model (float64).
 
-    E = P (``complement_basis``), W_Q = W_K = 0 (uniform attention), W_V W_O = (c/delta)
-    I, U = -delta P^T, so B = -delta (I - J/v) and D = -c (I - J/v) with c from
-    ``construction_displacement``. delta > 0 makes B lower the query token's own logit
-    (the theorem's setting); delta < 0 makes B raise it (chapter 3's counterexample).
+    E = P (``complement_basis``), W_Q = W_K = 0 (uniform attention), W_V W_O =
+    (kappa/delta) I, U = -delta P^T, so B = -delta (I - J/v) and D = -kappa (I - J/v)
+    with kappa from ``construction_displacement``. delta > 0 makes B lower the query
+    token's own logit (the theorem's setting); delta < 0 makes B raise it (chapter 3's
+    counterexample).
     """
     _check_v(v)
-    v, c = int(v), construction_displacement(C, delta)
+    v, kappa = int(v), construction_displacement(C, delta)
     model = Transformer(
         ModelConfig(vocab_size=v, d_model=v - 1, n_heads=1, d_head=v - 1, norm="none")
     ).double()
@@ -123,7 +125,7 @@ def construction(v: int, C: float, delta: float = 1.0) -> Transformer:
         attn.W_Q.weight.zero_()
         attn.W_K.weight.zero_()
         attn.W_V.weight.copy_(eye)
-        attn.W_O.weight.copy_((c / delta) * eye)
+        attn.W_O.weight.copy_((kappa / delta) * eye)
         model.unembed.weight.copy_(-delta * P)  # stores U^T = (-delta P^T)^T
     return model.eval()
 
@@ -162,27 +164,27 @@ def construction_margin(v: int, C: float, s: int, delta: float = 1.0) -> float:
     """The construction's logit margin (smallest absent minus largest present logit) at
     length s.
 
-    Absent logits are equal; present ones sit c/s lower, the query token a further delta
-    lower. Hence c + delta at s = 1 and c/s + min(delta, 0) for s >= 2: exactly 2C/s
-    when delta > 0.
+    Absent logits are equal; present ones sit kappa/s lower, the query token a further
+    delta lower. Hence kappa + delta at s = 1 and kappa/s + min(delta, 0) for s >= 2:
+    exactly 2C/s when delta > 0.
     """
     _check_v(v)
     _check_s(v, s)
-    c = construction_displacement(C, delta)
-    return c + delta if s == 1 else c / s + min(delta, 0.0)
+    kappa = construction_displacement(C, delta)
+    return kappa + delta if s == 1 else kappa / s + min(delta, 0.0)
 
 
 def construction_tv(v: int, C: float, s: int, delta: float = 1.0) -> float:
     """TV(softmax f, p*) of the construction at length s, in closed form.
 
     The absent logits are equal, so the model is uniform on the absent tokens like p*;
-    the TV is then exactly the probability left on present tokens (s - 1 at -c/s, the
-    query at -c/s - delta).
+    the TV is then exactly the probability left on present tokens (s - 1 at -kappa/s,
+    the query at -kappa/s - delta).
     """
     _check_v(v)
     _check_s(v, s)
-    c = construction_displacement(C, delta)
-    present = (s - 1) * math.exp(-c / s) + math.exp(-c / s - delta)
+    kappa = construction_displacement(C, delta)
+    present = (s - 1) * math.exp(-kappa / s) + math.exp(-kappa / s - delta)
     return present / (present + (v - s))
 
 
@@ -368,7 +370,8 @@ def check_construction(v: int, C: float) -> ConstructionCheck:
 
 @dataclass(frozen=True)
 class MarginCheck:
-    """Every margin of the construction against the law (2C/s; c + delta at s = 1)."""
+    """Every margin of the construction against the law: 2C/s, and kappa + delta at
+    s = 1."""
 
     n_checked: int  # margins compared
     max_deviation: float  # largest |margin - law| over them
@@ -395,7 +398,7 @@ def check_margins(
                 margins = prefix_margins(model, tokens)
                 by_length = {s: margins[:, s - 1] for s in range(1, v)}
             for s, margins in by_length.items():
-                # s = 1: c + delta, delta = 1
+                # s = 1: kappa + delta, delta = 1
                 expected = 2 * C / s if s >= 2 else 2 * C + 1.0
                 formula_error = max(
                     formula_error, abs(construction_margin(v, C, s) - expected)
