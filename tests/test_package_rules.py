@@ -182,11 +182,20 @@ def test_package_never_prints():
 
 
 def test_chapters_are_numbered_contiguously_from_01():
-    numbers = [int(p.stem[:2]) for p in NOTEBOOKS]
+    """A chapter is one page or several (chapter 4: the law and the retrieval models,
+    then the pretrained models), each page a notebook with the chapter's number and a
+    name of its own; the numbers run 1, 2, 3, ... with no gap."""
+    numbers = sorted({int(p.stem[:2]) for p in NOTEBOOKS})
     assert numbers == list(range(1, len(numbers) + 1)), (
         f"chapter numbers {numbers} must run 1, 2, 3, ... with no gap"
     )
     assert len(numbers) >= 6  # the book's six chapters at least
+    toc = (ROOT / "_toc.yml").read_text()
+    assert all(f"file: notebooks/{p.stem}\n" in toc for p in NOTEBOOKS)
+    listed = sorted(NOTEBOOKS, key=lambda p: toc.index(f"file: notebooks/{p.stem}\n"))
+    assert [p.stem[:2] for p in listed] == sorted(p.stem[:2] for p in NOTEBOOKS), (
+        "_toc.yml lists the chapters in order, the pages of a chapter together"
+    )
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
