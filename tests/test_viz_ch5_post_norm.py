@@ -70,10 +70,9 @@ def test_draw_has_the_same_traces_for_every_frame_and_bolds_the_choice(profiles)
 
 def test_sliders(profiles):
     static = placement_static_slider(profiles, train_length=2, name="ch5-test")
-    assert len(static.figure["layout"]["sliders"][0]["steps"]) == 10
-    assert (
-        static.figure["layout"]["sliders"][0]["steps"][0]["label"] == "norm=none, s=1"
-    )
+    assert static.grid == {"norm": ["none", "post"], "s": [1, 2, 3, 4, 5]}
+    assert static.control_kinds() == {"norm": "select", "s": "range"}
+    assert len(static.steps) == 10 and static.labels[0] == "norm=none, s=1"
     widget, callback = placement_live_slider(profiles, train_length=2)
     callback(norm="post", s=2)
     assert len(widget.children) == 3  # two sliders and the figure

@@ -400,8 +400,8 @@ def placement_draw(
 def placement_static_slider(
     profiles: Mapping[str, PrefixProfile], *, train_length: int, name: str
 ) -> SliderFigure:
-    """The static (no-kernel) slider over every (norm, s), labelled ``norm=post,
-    s=3``."""
+    """The static (no-kernel) slider over every (norm, s): a drop-down for the
+    placement, a range for s."""
     draw = placement_draw(profiles, train_length=train_length)
     return static_slider_figure(
         draw,
