@@ -137,4 +137,22 @@ def test_chapter_figures_from_tiny_runs():
     }
     assert drawn["divisor"].axes[0].get_ylabel() == "divisor(s) / divisor(1)"
     for fig in drawn.values():
+        # one legend, under the panels, off the curves
+        assert len(fig.legends) == 1 and all(ax.get_legend() is None for ax in fig.axes)
+    entries = [t.get_text() for t in drawn["divisor"].legends[0].get_texts()]
+    assert {"none", "post", "chapter 3: sqrt((v-s)/(s(v-1)))", "1/s"} <= set(entries)
+    metrics_lines = {line.get_label(): line for line in drawn["metrics"].axes[0].lines}
+    assert metrics_lines["post"].get_color() == PLACEMENT_COLORS["post"]
+    for fig in drawn.values():
         plt.close(fig)
+
+
+def test_every_placement_has_its_own_colour_and_pre_and_post_differ():
+    from matplotlib.colors import to_rgb
+
+    from lengthgen_lite.core.model import PLACEMENTS
+
+    assert list(PLACEMENT_COLORS) == list(PLACEMENTS)
+    assert len(set(PLACEMENT_COLORS.values())) == len(PLACEMENTS)
+    pre, post = (np.array(to_rgb(PLACEMENT_COLORS[n])) for n in ("pre", "post"))
+    assert np.abs(pre - post).max() > 0.5  # not two oranges

@@ -18,7 +18,7 @@ from plotly.subplots import make_subplots
 
 from ..chapters.ch3_analysis import DimensionSweep
 from ..chapters.ch3_construction import NormComparison
-from .common import ensure_axes, panels, plot_length_curves
+from .common import ensure_axes, panels, plain_log_ticks, plot_length_curves
 from .sliders import (
     SliderFigure,
     SliderValue,
@@ -73,6 +73,7 @@ def plot_dimension_sweep(
     )
     offsets = sorted({int(d - (s.v - 1)) for s in sweeps for d in s.dims})
     ax.set_yscale("log")
+    plain_log_ticks(ax)
     ax.set(
         xlabel="d - (v - 1)   (width d = d_model = d_head)",
         ylabel="best excess loss (nats)",
@@ -108,6 +109,7 @@ def plot_excess_curves(
         label=f"fits: {threshold:g} nats",
     )
     ax.set_yscale("log")
+    plain_log_ticks(ax)
     ax.set(xlabel="training step", ylabel="excess loss (nats)", title=title)
     ax.legend(fontsize="small")
     return ax
