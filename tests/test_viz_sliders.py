@@ -92,7 +92,13 @@ def test_combinations_that_draw_the_same_data_share_one_update():
     fig = static_slider_figure(clamped, {"v": [2, 3], "s": [1, 2, 3]}, name="ch3-x")
     assert fig.steps == [0, 0, 0, 1, 2, 2]
     assert [u["y"] for u in fig.updates] == [[[2, 1]], [[3, 1]], [[3, 2]]]
-    assert steps(fig)[5]["args"][0]["y"] == [[3, 2]]
+    # JupyterLab's one slider: each distinct figure once, at its first combination
+    assert [step["label"] for step in steps(fig)] == [
+        "v=2, s=1",
+        "v=3, s=1",
+        "v=3, s=2",
+    ]
+    assert steps(fig)[2]["args"][0]["y"] == [[3, 2]]
 
 
 def test_categorical_and_short_axes_get_drop_downs_with_escaped_values():

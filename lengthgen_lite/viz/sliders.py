@@ -128,12 +128,16 @@ class SliderFigure:
         }
 
     def plotly_json(self) -> dict[str, Any]:
-        """The figure with one plotly slider through every combination (JupyterLab's
-        rendering, where HTML controls cannot go), labelled ``s=3, example=1``."""
+        """The figure with one plotly slider through every combination that draws a
+        figure of its own (JupyterLab's rendering, where HTML controls cannot go),
+        labelled ``s=3, example=1``."""
         traces = list(range(len(self.figure["data"])))
+        first = {}  # each distinct figure once, at its first combination
+        for label, i in zip(self.labels, self.steps):
+            first.setdefault(i, label)
         steps = [
             {"label": label, "method": "restyle", "args": [self.updates[i], traces]}
-            for label, i in zip(self.labels, self.steps)
+            for i, label in first.items()
         ]
         prefix = f"{next(iter(self.grid))} = " if len(self.grid) == 1 else ""
         slider = {
