@@ -301,8 +301,8 @@ def test_a_real_build_fails_on_a_bad_scorecard(tmp_path, old, new):
 def test_slider_figures_take_their_cells_alt_text():
     from lengthgen_lite.viz.sliders import SliderFigure
 
-    figure = {"data": [], "layout": {"sliders": [{"steps": []}]}}
-    shown = SliderFigure("ch0-demo", figure)._repr_mimebundle_()["text/html"]
+    figure = SliderFigure("ch0-demo", {"s": [1]}, {"data": [], "layout": {}}, [{}], [0])
+    shown = figure._repr_mimebundle_()["text/html"]
     labelled = ext.slider_alt(shown, ' Curves "fall" & rise. ')
     assert labelled.startswith(
         '<div id="lengthgen-slider-ch0-demo" class="lengthgen-slider" role="figure" '
@@ -310,6 +310,75 @@ def test_slider_figures_take_their_cells_alt_text():
     )
     with pytest.raises(ValueError, match="not a slider figure"):
         ext.slider_alt("<div></div>", "x")
+
+
+def test_a_slider_figure_cell_prints_its_caption_under_it_and_takes_numref(tmp_path):
+    """myst-nb wraps every display output of a cell with ``mystnb.figure`` in a figure
+    (glue records aside): a slider figure gets its caption and label as an image does,
+    and the extension still names it by the cell's alt text."""
+    import nbformat
+    import plotly.graph_objects as go
+
+    from lengthgen_lite.viz import static_slider_figure
+
+    figure = static_slider_figure(
+        lambda s: go.Figure(go.Scatter(y=[s])), {"s": [1, 2]}, name="ch0-demo"
+    )
+    glue = nbformat.v4.new_output(
+        "display_data",
+        data={"application/papermill.record/text/plain": "0.1"},
+        metadata={"scrapbook": {"name": "x", "mime_prefix": "application/papermill."}},
+    )
+    cell = nbformat.v4.new_code_cell("figure")
+    cell.outputs = [
+        glue,
+        nbformat.v4.new_output(
+            "execute_result", data=figure._repr_mimebundle_(), execution_count=1
+        ),
+    ]
+    cell.metadata["mystnb"] = {
+        "figure": {"caption": "Curves *fall* & rise.", "name": "ch0-fig-demo"},
+        "image": {"alt": "Two curves."},
+    }
+    notebook = nbformat.v4.new_notebook(
+        cells=[
+            nbformat.v4.new_markdown_cell("# Demo\n\nSee {numref}`ch0-fig-demo`."),
+            cell,
+        ],
+        metadata={
+            "kernelspec": {"name": "python3", "display_name": "Python 3"},
+            "language_info": {"name": "python"},
+        },
+    )
+    src = tmp_path / "src"
+    src.mkdir()
+    nbformat.write(notebook, src / "index.ipynb")
+    (src / "pyproject.toml").write_text('[project]\nname = "x"\nversion = "1.0"\n')
+    (src / "conf.py").write_text(
+        f"import sys\nsys.path.insert(0, {str(ROOT / 'book' / '_ext')!r})\n"
+        "extensions = ['myst_nb', 'lengthgen_book']\n"
+        "html_theme = 'sphinx_book_theme'\nnb_execution_mode = 'off'\nnumfig = True\n"
+        "nb_mime_priority_overrides = [('html', 'application/vnd.plotly.v1+json', "
+        "None)]\nsuppress_warnings = ['mystnb.unknown_mime_type']\n"
+    )
+    out = tmp_path / "html"
+    assert build_main(["-b", "html", "-W", "-q", "-E", str(src), str(out)]) == 0
+    page = (out / "index.html").read_text()
+    shown = re.search(
+        r'<figure class="[^"]*" id="ch0-fig-demo">(.*?)</figure>', page, re.S
+    )
+    assert shown and page.count("<figure") == 1
+    inside = shown.group(1)
+    assert (
+        '<div id="lengthgen-slider-ch0-demo" class="lengthgen-slider" role="figure" '
+        'aria-label="Two curves."' in inside
+    )
+    # the caption under the figure, its markup rendered
+    assert inside.index("</script>") < inside.index("<figcaption>")
+    assert (
+        '<span class="caption-text">Curves <em>fall</em> &amp; rise.</span>' in inside
+    )
+    assert re.search(r'href="#ch0-fig-demo"><span class="std std-numref">Fig. 1', page)
 
 
 def test_accessible_body_names_toggles_by_their_text_and_lists_the_bibliography():

@@ -114,7 +114,10 @@ def test_theorem_draw_shows_the_chosen_case(comparisons):
 
 def test_theorem_sliders(comparisons):
     static = theorem_static_slider(comparisons, name="ch3-test")
-    assert len(static.labels) == 2 * (3 + 5) and static.labels[0] == "v=4, C=1, s=1"
+    assert static.grid == {"v": [4, 6], "C": [1.0, 2.0], "s": [1, 2, 3, 4, 5]}
+    assert static.control_kinds() == {"v": "select", "C": "select", "s": "range"}
+    # s beyond v-1 shows v-1: one stored update per distinct figure
+    assert len(static.updates) == 2 * (3 + 5) and static.labels[0] == "v=4, C=1.0, s=1"
     widget, callback = theorem_live_slider(comparisons)
     assert [child.description for child in widget.children[:3]] == ["v", "C", "s"]
     callback(v=6, C=1.0, s=5)

@@ -70,10 +70,9 @@ def test_draw_has_the_same_traces_for_every_frame_and_bolds_the_choice(profiles)
 
 def test_sliders(profiles):
     static = placement_static_slider(profiles, train_length=2, name="ch5-test")
-    assert len(static.figure["layout"]["sliders"][0]["steps"]) == 10
-    assert (
-        static.figure["layout"]["sliders"][0]["steps"][0]["label"] == "norm=none, s=1"
-    )
+    assert static.grid == {"norm": ["none", "post"], "s": [1, 2, 3, 4, 5]}
+    assert static.control_kinds() == {"norm": "select", "s": "range"}
+    assert len(static.steps) == 10 and static.labels[0] == "norm=none, s=1"
     widget, callback = placement_live_slider(profiles, train_length=2)
     callback(norm="post", s=2)
     assert len(widget.children) == 3  # two sliders and the figure
@@ -138,4 +137,22 @@ def test_chapter_figures_from_tiny_runs():
     }
     assert drawn["divisor"].axes[0].get_ylabel() == "divisor(s) / divisor(1)"
     for fig in drawn.values():
+        # one legend, under the panels, off the curves
+        assert len(fig.legends) == 1 and all(ax.get_legend() is None for ax in fig.axes)
+    entries = [t.get_text() for t in drawn["divisor"].legends[0].get_texts()]
+    assert {"none", "post", "chapter 3: sqrt((v-s)/(s(v-1)))", "1/s"} <= set(entries)
+    metrics_lines = {line.get_label(): line for line in drawn["metrics"].axes[0].lines}
+    assert metrics_lines["post"].get_color() == PLACEMENT_COLORS["post"]
+    for fig in drawn.values():
         plt.close(fig)
+
+
+def test_every_placement_has_its_own_colour_and_pre_and_post_differ():
+    from matplotlib.colors import to_rgb
+
+    from lengthgen_lite.core.model import PLACEMENTS
+
+    assert list(PLACEMENT_COLORS) == list(PLACEMENTS)
+    assert len(set(PLACEMENT_COLORS.values())) == len(PLACEMENTS)
+    pre, post = (np.array(to_rgb(PLACEMENT_COLORS[n])) for n in ("pre", "post"))
+    assert np.abs(pre - post).max() > 0.5  # not two oranges

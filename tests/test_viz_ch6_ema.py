@@ -201,8 +201,7 @@ def test_temperature_slider_has_one_step_per_factor_and_draws_each():
         s, scales, tv, [0.5, 2.0], train_length=2, title="t", name="ch6-test"
     )
     assert figure.labels == ["0.5", "2.0"]
-    steps = figure.figure["layout"]["sliders"][0]["steps"]
-    assert steps[1]["args"][0]["y"][0] == [0.3] * 4  # raw at c = 2
+    assert figure.updates[figure.steps[1]]["y"][0] == [0.3] * 4  # raw at c = 2
     with pytest.raises(ValueError, match="among the evaluated scales"):
         temperature_slider(
             s, scales, tv, [3.0], train_length=2, title="t", name="ch6-test"

@@ -14,6 +14,7 @@ from lengthgen_lite.viz.common import (
     as_seed_array,
     glue_round,
     panels,
+    plain_log_ticks,
     plot_curves,
     plot_length_curves,
     plot_loglog_std,
@@ -142,6 +143,50 @@ def test_curves_on_a_log2_axis_with_the_legend_outside():
     )
     assert ax.get_xscale() == "log"
     assert ax.get_legend().get_bbox_to_anchor().x0 > ax.get_window_extent().x1
+
+
+def tick_labels(axis, minor=False):
+    axis.figure.canvas.draw()
+    return [t.get_text() for t in axis.get_ticklabels(minor=minor) if t.get_text()]
+
+
+def test_log_axes_are_labelled_with_plain_numbers():
+    ax = plot_curves(
+        np.array([4, 16, 64]),
+        {"gap": np.array([15.0, 40.0, 150.0])},
+        xlabel="N",
+        ylabel="y",
+        title="t",
+        log2_x=True,
+        logy=True,
+    )
+    assert tick_labels(ax.xaxis) == ["2", "4", "8", "16", "32", "64", "128"]
+    assert "20" in tick_labels(ax.yaxis, minor=True)  # not 2×10¹
+    assert not any("times" in label for label in tick_labels(ax.yaxis, minor=True))
+    # an axis reaching beyond 0.001..100000 keeps powers of ten
+    _, wide = plt.subplots()
+    wide.plot([1, 2], [1e-6, 1.0])
+    wide.set_yscale("log")
+    assert plain_log_ticks(wide) is wide
+    assert "10^{-6}" in "".join(tick_labels(wide.yaxis))
+    plt.close("all")
+
+
+@matplotlib.rc_context({"figure.constrained_layout.use": True})  # the book's style
+def test_a_legend_below_gathers_every_panel_drawn_so_far():
+    fig, axes = panels(2)
+    common = {"xlabel": "s", "ylabel": "y", "title": "t"}
+    plot_curves(
+        S, {"a": SEEDS}, **common, references={"law": S}, legend=False, ax=axes[0]
+    )
+    plot_curves(S, {"a": SEEDS, "b": S}, **common, legend="below", ax=axes[1])
+    (legend,) = fig.legends
+    assert [t.get_text() for t in legend.get_texts()] == ["a", "law", "b"]
+    assert legend.get_title().get_text() == "lines: mean of 3 seeds, bands: min to max"
+    assert axes[0].get_legend() is None and axes[1].get_legend() is None
+    fig.canvas.draw()  # below the panels
+    assert legend.get_window_extent().y1 <= axes[1].get_tightbbox().y0 + 1
+    plt.close(fig)
 
 
 def test_plot_metric_averages_the_seeds_tables():

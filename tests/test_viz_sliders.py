@@ -33,7 +33,8 @@ def line(s, example=0):
 
 
 def steps(figure: SliderFigure) -> list[dict]:
-    return figure.figure["layout"]["sliders"][0]["steps"]
+    """The steps of the flattened plotly slider (JupyterLab's rendering)."""
+    return figure.plotly_json()["layout"]["sliders"][0]["steps"]
 
 
 def test_one_slider_restyles_every_panel():
@@ -47,22 +48,69 @@ def test_one_slider_restyles_every_panel():
     assert update["z"][:2] == [None, None]  # unset for traces without z
     assert [t["xaxis"] for t in fig.figure["data"]] == ["x", "x2", "x3"]
     assert fig.figure["data"][0]["y"] == [1.0]  # the figure opens at the first value
+    assert "sliders" not in fig.figure["layout"]  # the book's figure has HTML controls
 
 
-def test_several_grid_axes_flatten_into_one_labelled_slider():
+def test_several_grid_axes_get_one_control_each_and_flatten_for_jupyterlab():
     fig = static_slider_figure(
-        line, {"s": [1, 2], "example": [0, 1, 2]}, name="ch2-two"
+        line, {"s": [1, 2, 3, 4, 5], "example": [0, 1, 2]}, name="ch2-two"
     )
-    assert fig.labels == [
+    assert fig.grid == {"s": [1, 2, 3, 4, 5], "example": [0, 1, 2]}
+    assert fig.control_kinds() == {"s": "range", "example": "select"}
+    assert len(fig.steps) == 15 and fig.labels[:4] == [
         "s=1, example=0",
         "s=1, example=1",
         "s=1, example=2",
         "s=2, example=0",
-        "s=2, example=1",
-        "s=2, example=2",
     ]
-    assert steps(fig)[4]["args"][0]["y"] == [[2, 1, None]]  # NaN is stored as null
-    assert fig.figure["layout"]["sliders"][0]["currentvalue"]["prefix"] == ""
+    # s=2, example=1: NaN is stored as null
+    assert fig.updates[fig.steps[4]]["y"] == [[2, 1, None]]
+    assert steps(fig)[4]["args"][0]["y"] == [[2, 1, None]]
+    assert steps(fig)[4]["label"] == "s=2, example=1"
+    assert fig.plotly_json()["layout"]["sliders"][0]["currentvalue"]["prefix"] == ""
+    html = fig.html()
+    assert (
+        '<label for="lengthgen-slider-ch2-two-s">s</label> <input type="range" '
+        'id="lengthgen-slider-ch2-two-s" data-axis="0" min="0" max="4" step="1" '
+        'value="0" autocomplete="off" aria-valuetext="1">' in html
+    )
+    assert (
+        '<output id="lengthgen-slider-ch2-two-s-value" '
+        'for="lengthgen-slider-ch2-two-s" aria-hidden="true">1</output>' in html
+    )
+    assert (
+        '<label for="lengthgen-slider-ch2-two-example">example</label> <select '
+        'id="lengthgen-slider-ch2-two-example" data-axis="1" autocomplete="off">'
+        '<option value="0" selected>0</option><option value="1">1</option>' in html
+    )
+
+
+def test_combinations_that_draw_the_same_data_share_one_update():
+    def clamped(v, s):
+        return go.Figure(go.Scatter(y=[v, min(s, v - 1)]))
+
+    fig = static_slider_figure(clamped, {"v": [2, 3], "s": [1, 2, 3]}, name="ch3-x")
+    assert fig.steps == [0, 0, 0, 1, 2, 2]
+    assert [u["y"] for u in fig.updates] == [[[2, 1]], [[3, 1]], [[3, 2]]]
+    # JupyterLab's one slider: each distinct figure once, at its first combination
+    assert [step["label"] for step in steps(fig)] == [
+        "v=2, s=1",
+        "v=3, s=1",
+        "v=3, s=2",
+    ]
+    assert steps(fig)[2]["args"][0]["y"] == [[3, 2]]
+
+
+def test_categorical_and_short_axes_get_drop_downs_with_escaped_values():
+    def named(kind, n):
+        return go.Figure(go.Scatter(y=[n], name=kind))
+
+    fig = static_slider_figure(
+        named, {"kind": ["a<b", "c", "d", "e", "f"], "n": [1, 2]}, name="ch5-x"
+    )
+    assert fig.control_kinds() == {"kind": "select", "n": "select"}
+    assert '<option value="0" selected>a&lt;b</option>' in fig.html()
+    assert "a<b" not in fig.html().split("<script>")[0]
 
 
 def test_mimebundle_is_deterministic_and_loads_local_plotlyjs():
@@ -74,15 +122,19 @@ def test_mimebundle_is_deterministic_and_loads_local_plotlyjs():
     )._repr_mimebundle_()
     assert bundle == again
     html = bundle["text/html"]
-    assert (
-        'id="lengthgen-slider-ch2-test"' in html
-        and 'data-lengthgen-slider="ch2-test"' in html
+    assert html.startswith(
+        '<div id="lengthgen-slider-ch2-test" class="lengthgen-slider" '
+        'data-lengthgen-slider="ch2-test">'
     )
     assert f'"{PLOTLYJS_PATH}"' in html and "content_root" in html
     assert "http" not in html  # nothing from the network
-    # plain JSON
+    # plain JSON, with the plotly slider JupyterLab shows
     assert json.loads(json.dumps(bundle[PLOTLY_MIME])) == bundle[PLOTLY_MIME]
-    assert bundle["text/plain"] == "SliderFigure(name='ch2-test', steps=2)"
+    assert len(bundle[PLOTLY_MIME]["layout"]["sliders"][0]["steps"]) == 2
+    assert (
+        bundle["text/plain"]
+        == "SliderFigure(name='ch2-test', values per control: s: 2)"
+    )
 
 
 def test_html_escapes_closing_script_tags():
@@ -93,6 +145,12 @@ def test_html_escapes_closing_script_tags():
         "text/html"
     ]
     assert html.count("</script>") == 1
+
+
+def test_numpy_grid_values_are_stored_as_python_numbers():
+    fig = static_slider_figure(line, {"s": np.arange(1, 3)}, name="ch2-x")
+    assert fig.grid == {"s": [1, 2]} and type(fig.grid["s"][0]) is int
+    json.dumps(fig.plotly_json())
 
 
 @pytest.mark.parametrize("name", ["", "Ch2", "ch2 dispersion", "-ch2", "ch2_x"])

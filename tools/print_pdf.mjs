@@ -6,10 +6,9 @@
 // under the book's title: the parts of _toc.yml, the chapters with their numbers, each page's
 // title linked to it with the page it starts on (the PDF is printed, the pages of the links'
 // targets read off it, and printed again until they hold). The API reference is moved to a final
-// appendix in smaller type. Slider figures print at their first step with a caption
-// (book/_static/lengthgen.css), laid out wider than the column and zoomed down to it, so that
-// three panels keep room for their axis titles, and with the slider moved below anything drawn
-// under the plots. Stored widget views (the training progress bars) are not rendered in the
+// appendix in smaller type. Slider figures print at their first combination, their controls
+// showing its values, with a note (book/_static/lengthgen.css), the plot laid out wider than the
+// column and zoomed down to it, so that three panels keep room for their axis titles. Stored widget views (the training progress bars) are not rendered in the
 // single page (myst-nb loads the widget manager only on pages of their own), so they print as
 // nothing, leaving no gap. Python (tools/finish_pdf.py) reads the parts and the pages and writes
 // the PDF's metadata (title, author, subject, keywords, version).
@@ -55,7 +54,10 @@ blank.forEach((src) => problems.push(`image did not load: ${src}`));
 const sliders = await page.locator("[data-lengthgen-slider]").count();
 try {
   await page.waitForFunction(
-    () => [...document.querySelectorAll("[data-lengthgen-slider]")].every((gd) => gd.querySelector(".main-svg") && gd.data?.length),
+    () => [...document.querySelectorAll("[data-lengthgen-slider]")].every((figure) => {
+      const gd = figure.querySelector(".js-plotly-plot");
+      return gd?.querySelector(".main-svg") && gd.data?.length;
+    }),
   );
 } catch {
   problems.push("a slider figure was not drawn");
@@ -66,23 +68,15 @@ const unrendered = await page.locator("mjx-merror, .MathJax_Error").count();
 if (unrendered) problems.push(`${unrendered} MathJax error(s)`);
 
 // Slider figures as they print: the page laid out for print (nothing may be wider than the
-// sheet, or Chromium shrinks the whole book to fit it), each figure drawn wider than its column
-// and zoomed back to it, its slider moved below the legend and axis titles if it would cover them.
+// sheet, or Chromium shrinks the whole book to fit it), each plot drawn wider than its column and
+// zoomed back to it (its controls, above it, keep their size).
 await page.emulateMedia({ media: "print" });
 await page.evaluate(async (zoom) => {
-  const below = (gd) => Math.max(
-    ...[...gd.querySelectorAll(".legend, .infolayer [class*='xtitle'], .xaxislayer-above")].map((n) => n.getBoundingClientRect().bottom),
-  );
-  for (const gd of document.querySelectorAll("[data-lengthgen-slider]")) {
-    const column = gd.parentElement.getBoundingClientRect().width;
-    gd.querySelector(".plot-container").style.zoom = String(zoom);  // the caption keeps its size
+  for (const figure of document.querySelectorAll("[data-lengthgen-slider]")) {
+    const gd = figure.querySelector(".js-plotly-plot");
+    const column = figure.getBoundingClientRect().width;
+    gd.querySelector(".plot-container").style.zoom = String(zoom);
     await window.Plotly.relayout(gd, { autosize: false, width: Math.floor(column / zoom) });
-    const overlap = below(gd) + 4 - gd.querySelector(".slider-container").getBoundingClientRect().top;
-    if (overlap > 0) {
-      const pad = gd.layout.sliders[0].pad?.t ?? 0;
-      const height = gd.getBoundingClientRect().height / zoom;
-      await window.Plotly.relayout(gd, { "sliders[0].pad.t": pad + overlap / zoom, height: height + overlap / zoom });
-    }
   }
 }, SLIDER_ZOOM);
 

@@ -318,7 +318,11 @@ def slider_alt(html_text: str, alt: str) -> str:
 
 
 def label_slider_figures(app: Sphinx, doctree: nodes.document) -> None:
-    """Every slider figure of a notebook cell named by its cell's alt text."""
+    """Every slider figure of a notebook cell named by its cell's alt text.
+
+    Its caption and label (``mystnb.figure``) need nothing here: myst-nb wraps every
+    display output of such a cell in a figure, a slider figure as an image.
+    """
     for cell in doctree.findall(nodes.container):
         if cell.get("nb_element") != "cell_code":
             continue

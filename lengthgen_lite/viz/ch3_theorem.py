@@ -18,9 +18,10 @@ from plotly.subplots import make_subplots
 
 from ..chapters.ch3_analysis import DimensionSweep
 from ..chapters.ch3_construction import NormComparison
-from .common import ensure_axes, panels, plot_length_curves
+from .common import ensure_axes, panels, plain_log_ticks, plot_length_curves
 from .sliders import (
     SliderFigure,
+    SliderValue,
     live_slider,
     static_slider_figure,
     training_band,
@@ -72,6 +73,7 @@ def plot_dimension_sweep(
     )
     offsets = sorted({int(d - (s.v - 1)) for s in sweeps for d in s.dims})
     ax.set_yscale("log")
+    plain_log_ticks(ax)
     ax.set(
         xlabel="d - (v - 1)   (width d = d_model = d_head)",
         ylabel="best excess loss (nats)",
@@ -107,6 +109,7 @@ def plot_excess_curves(
         label=f"fits: {threshold:g} nats",
     )
     ax.set_yscale("log")
+    plain_log_ticks(ax)
     ax.set(xlabel="training step", ylabel="excess loss (nats)", title=title)
     ax.legend(fontsize="small")
     return ax
@@ -381,21 +384,14 @@ def theorem_static_slider(
     name: str,
     draw: Callable[..., go.Figure] | None = None,
 ) -> SliderFigure:
-    """The static (no-kernel) slider: one step per valid (v, C, s), labelled ``v=8, C=2,
-    s=3``.
+    """The static (no-kernel) slider: a control each for v, C and s (s beyond v-1 shows
+    v-1, as in the live slider).
 
     ``draw`` is ``theorem_draw(comparisons)`` if given (to share its figures with the
     live slider).
     """
     draw = theorem_draw(comparisons) if draw is None else draw
-    cases = {
-        f"v={v}, C={C:g}, s={s}": (v, C, s)
-        for (v, C) in comparisons
-        for s in range(1, v)
-    }
-    return static_slider_figure(
-        lambda case: draw(*cases[case]), {"case": list(cases)}, name=name
-    )
+    return static_slider_figure(draw, _theorem_grid(comparisons), name=name)
 
 
 def theorem_live_slider(
@@ -409,13 +405,21 @@ def theorem_live_slider(
     figures).
     """
     draw = theorem_draw(comparisons) if draw is None else draw
+    return live_slider(draw, _theorem_grid(comparisons))
+
+
+def _theorem_grid(
+    comparisons: Mapping[tuple[int, float], NormComparison],
+) -> dict[str, list[SliderValue]]:
+    """The sliders' grid: every v and C of ``comparisons``, and s up to the largest
+    v - 1."""
     vs = sorted({v for v, _ in comparisons})
     Cs = sorted({C for _, C in comparisons})
     if len(comparisons) != len(vs) * len(Cs):
         raise ValueError(
             "comparisons must cover every (v, C) pair of its v and C values"
         )
-    return live_slider(draw, {"v": vs, "C": Cs, "s": list(range(1, max(vs)))})
+    return {"v": vs, "C": Cs, "s": list(range(1, max(vs)))}
 
 
 def plot_ln_gap(

@@ -25,6 +25,7 @@ from .common import (
     as_seed_array,
     ensure_axes,
     panels,
+    plain_log_ticks,
     plot_curves,
     plot_loglog_std,
 )
@@ -112,6 +113,7 @@ def plot_paired(
                     )
     if logx:
         ax.set_xscale("log")
+        plain_log_ticks(ax)
     ax.set(xlabel=xlabel, ylabel=ylabel, title=title)
     ax.legend(fontsize="small")
     return ax

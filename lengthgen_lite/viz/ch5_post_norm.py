@@ -38,8 +38,15 @@ from .sliders import (
 )
 from .style import PALETTE
 
-# one colour per placement, every figure
-PLACEMENT_COLORS = {norm: PALETTE[i] for i, norm in enumerate(PLACEMENTS)}
+# One colour per placement, every figure. Post is near-black: the palette's vermillion
+# and orange (pre) look alike, most of all to a red-green colour-blind reader.
+PLACEMENT_COLORS = {
+    "none": PALETTE[0],
+    "pre": PALETTE[1],
+    "pre_final": PALETTE[2],
+    "post": "#222222",
+    "attn_out": PALETTE[4],
+}
 
 COLUMN_LABELS = {
     "tv_train": "TV, s = 1..4",
@@ -91,8 +98,9 @@ def plot_placement_curves(
     min-max band), each in its placement's colour whichever placements are drawn;
     ``suffix`` is added to the labels.
 
-    ``legend`` is a matplotlib location or None; ``kwargs`` (``ylabel``, ``title``,
-    ``train_length``, ``references``, ``logy``, ``ylim``, ``ax``) go to
+    ``legend`` is a matplotlib location, "below" (under the figure) or None;
+    ``kwargs`` (``ylabel``, ``title``, ``train_length``, ``references``, ``logy``,
+    ``ylim``, ``ax``) go to
     :func:`~lengthgen_lite.viz.common.plot_length_curves`.
     """
     if not curves:
@@ -127,6 +135,8 @@ def plot_placement_metrics(
         tv_label="TV to p* (0 = perfect)",
         train_length=train_length,
         title=title,
+        plot=plot_placement_curves,
+        legend="below",
     )
 
 
@@ -144,7 +154,7 @@ def plot_gap_growth(profiles: Profiles, *, train_length: int, title: str) -> Fig
             train_length=train_length,
             logy=True,
             ax=ax,
-            legend="upper left" if targets == "soft" else None,
+            legend="below" if targets == "soft" else None,
         )
     return fig
 
@@ -161,7 +171,7 @@ def plot_soft_mechanism(profiles: Profiles, *, train_length: int, title: str) ->
             "attention entropy / log s",
             "Attention entropy (1 = uniform)",
             (0.8, 1.02),
-            "lower right",
+            "below",
         ),
         (
             {n: stack_profile(p, "max_attention_ratio") for n, p in soft.items()},
@@ -207,7 +217,7 @@ def plot_divisor_law(profiles: Profiles, *, train_length: int, title: str) -> Fi
         title="The output norm's divisor",
         train_length=train_length,
         references={"chapter 3: sqrt((v-s)/(s(v-1)))": spread_law},
-        legend="upper right",
+        legend=None,
         ax=axes[0],
     )
     plot_placement_curves(
@@ -222,7 +232,7 @@ def plot_divisor_law(profiles: Profiles, *, train_length: int, title: str) -> Fi
         },
         logy=True,
         ylim=(0.04, 1.5),
-        legend="lower left",
+        legend="below",  # with the first panel's entries
         ax=axes[1],
     )
     return fig
@@ -244,6 +254,7 @@ def plot_dropout(
             train_length=train_length,
             ylim=(0, 1),
             ax=ax,
+            legend="below" if targets == TARGETS[0] else False,
         )
     return fig
 
@@ -400,8 +411,8 @@ def placement_draw(
 def placement_static_slider(
     profiles: Mapping[str, PrefixProfile], *, train_length: int, name: str
 ) -> SliderFigure:
-    """The static (no-kernel) slider over every (norm, s), labelled ``norm=post,
-    s=3``."""
+    """The static (no-kernel) slider over every (norm, s): a drop-down for the
+    placement, a range for s."""
     draw = placement_draw(profiles, train_length=train_length)
     return static_slider_figure(
         draw,

@@ -20,7 +20,14 @@ from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
 from ..core.model import PLACEMENTS
-from .common import S_LABEL, TV_LABEL, ensure_axes, plot_length_curves, rows_frame
+from .common import (
+    S_LABEL,
+    TV_LABEL,
+    ensure_axes,
+    plain_log_ticks,
+    plot_length_curves,
+    rows_frame,
+)
 from .sliders import SliderFigure, static_slider_figure
 from .style import PALETTE
 
@@ -62,6 +69,7 @@ def plot_gradient_noise(rows: Sequence[Mapping[str, object]], *, title: str) -> 
         palette = {t: PALETTE[i % len(PALETTE)] for i, t in enumerate(targets)}
         sns.barplot(frame, x="setting", y=column, hue="targets", palette=palette, ax=ax)
         ax.set_yscale("log")
+        plain_log_ticks(ax)
         ax.set(xlabel="weights and batch size", ylabel=label)
         ax.tick_params(axis="x", labelsize="small")
         low, high = ax.get_ylim()
@@ -110,6 +118,7 @@ def plot_unbiasedness(
         ylabel="relative error to the soft gradient",
         title=title,
     )
+    plain_log_ticks(ax)
     ax.legend(fontsize="small")
     return ax
 
@@ -156,6 +165,7 @@ def plot_averaging_toy(
         yscale="log",
         title="error over replicates",
     )
+    plain_log_ticks(right)
     right.legend(fontsize="small")
     fig.suptitle(title)
     return fig
@@ -448,6 +458,7 @@ def plot_search_factors(
                 )
                 if factor == "lr":
                     ax.set_xscale("log")
+                    plain_log_ticks(ax)
             else:
                 levels = list(frame[factor].unique())
                 order = (

@@ -303,8 +303,8 @@ def prediction_static_slider(
     *,
     name: str,
 ) -> SliderFigure:
-    """The book's offline slider over placement and length (one plotly slider, steps
-    ``norm=..., s=...``)."""
+    """The book's offline slider over placement and length: a drop-down for the
+    placement, a range for s."""
     return static_slider_figure(
         draw, {"norm": list(norms), "s": list(lengths)}, name=name
     )

@@ -19,6 +19,7 @@ import numpy as np
 import pandas as pd
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
+from matplotlib.ticker import LogFormatterSciNotation
 
 from ..core.evaluation import LengthTable, loglog_slope, stack_metric
 from ..core.validation import is_int
@@ -29,12 +30,36 @@ S_LABEL = "prefix length s (tokens seen)"
 TV_LABEL = "TV to p* (0 = perfect, 1 = disjoint)"
 N_LABEL = "set size N (keys attended)"
 REFERENCE_STYLES = ("--", ":", "-.")  # dashed comparison curves, in order
+LEGEND_COLUMNS = 4  # entries per row of a legend under a figure
 
 
 def ensure_axes(ax: Axes | None, figsize: tuple[float, float] | None = None) -> Axes:
     """``ax``, or the axes of a new figure (``figsize`` inches; None: the book's
     default)."""
     return plt.subplots(figsize=figsize)[1] if ax is None else ax
+
+
+class PlainLogFormatter(LogFormatterSciNotation):
+    """Matplotlib's choice of labelled log ticks, each written as a plain number
+    (20, 0.05, 1024) instead of 2×10¹ or 2¹⁰; an axis reaching beyond 0.001..100000
+    keeps powers of ten."""
+
+    def __call__(self, x: float, pos: int | None = None) -> str:
+        label = super().__call__(x, pos)
+        low, high = sorted(abs(v) for v in self.axis.get_view_interval())
+        return f"{x:g}" if label and low >= 5e-4 and high < 2e5 else label
+
+
+def plain_log_ticks(ax: Axes) -> Axes:
+    """Label the log-scale axes of ``ax`` with plain numbers
+    (:class:`PlainLogFormatter`); call it after setting the scales, which reset the
+    labels."""
+    for axis in (ax.xaxis, ax.yaxis):
+        if axis.get_scale() == "log":
+            base = axis.get_transform().base
+            axis.set_major_formatter(PlainLogFormatter(base))
+            axis.set_minor_formatter(PlainLogFormatter(base, labelOnlyBase=False))
+    return ax
 
 
 def panels(
@@ -196,8 +221,10 @@ def plot_curves(
 ) -> Axes:
     """Seed-band curves against ``x`` with an optional shaded range ``shade = (low,
     high, label)`` and dashed ``references``. ``legend``: True, False, a matplotlib
-    location, or "outside" (right of the panel); its title says how many seeds the lines
-    average."""
+    location, "outside" (right of the panel) or "below" (under the whole figure, in
+    rows, with the entries of every panel drawn so far: give it to the last panel that
+    adds entries; the book's constrained layout makes room for it); its title says how
+    many seeds the lines average."""
     if not curves:
         raise ValueError("curves must hold at least one labelled curve")
     ax = ensure_axes(ax)
@@ -218,6 +245,7 @@ def plot_curves(
         ax.set_xscale("log", base=2)
     if logy:
         ax.set_yscale("log")
+    plain_log_ticks(ax)
     if ylim is not None:
         ax.set_ylim(*ylim)
     ax.set(xlabel=xlabel, ylabel=ylabel, title=title)
@@ -228,6 +256,19 @@ def plot_curves(
         style = {"fontsize": "small", "title": note, "title_fontsize": "small"}
         if legend == "outside":
             ax.legend(**style, loc="upper left", bbox_to_anchor=(1.02, 1))
+        elif legend == "below":
+            # every entry of the panels drawn so far, once
+            entries = {}
+            for panel in ax.figure.axes:
+                for handle, name in zip(*panel.get_legend_handles_labels()):
+                    entries.setdefault(name, handle)
+            ax.figure.legend(
+                list(entries.values()),
+                list(entries),
+                **style,
+                loc="outside lower center",
+                ncols=LEGEND_COLUMNS,
+            )
         else:
             ax.legend(**style, loc=legend if isinstance(legend, str) else "best")
     return ax
@@ -258,9 +299,11 @@ def plot_tv_and_invalid_mass(
     train_length: int,
     title: str,
     plot: Callable[..., Axes] = plot_length_curves,
+    legend: bool | str = True,
 ) -> Figure:
     """TV (top row) and invalid mass (bottom row) against ``s``, one column per target
-    kind, the legend in the first panel: the placements figure of chapters 5 and 7.
+    kind, the first panel's legend placed by ``legend`` (see :func:`plot_curves`): the
+    placements figure of chapters 5 and 7.
 
     ``curves(targets, metric)`` gives label -> [K, len(s)] for one panel; ``plot``
     draws a panel (:func:`plot_length_curves` or a chapter's variant with its
@@ -283,7 +326,7 @@ def plot_tv_and_invalid_mass(
                 train_length=train_length,
                 ylim=(0, 1),
                 ax=axes[row * len(targets) + col],
-                legend=row == 0 and col == 0,
+                legend=legend if row == 0 and col == 0 else False,
             )
     return fig
 
@@ -354,6 +397,7 @@ def plot_loglog_std(
         )
     ax.set_xscale("log", base=2)
     ax.set_yscale("log")
+    plain_log_ticks(ax)
     ax.set(xlabel=xlabel, ylabel=ylabel, title=title)
     if legend:
         ax.legend(fontsize="small")

@@ -14,7 +14,7 @@ from ..runs import Results
 from ..runs.claims import Decision, cell_word
 from ..runs.compare import training_state
 from ..runs.stats import PLATEAU_TOLERANCE, UNSTABLE_RISE
-from .common import ensure_axes, glue_claims
+from .common import ensure_axes, glue_claims, plain_log_ticks
 from .style import PALETTE
 
 
@@ -94,6 +94,7 @@ def plot_losses(
     for step in sorted({r["step"] for r in results.rows}):
         ax.axvline(step, color="0.6", linestyle=":", linewidth=1)
     ax.set_xscale("log")
+    plain_log_ticks(ax)
     ax.set_xlabel("training step (log scale)")
     ax.set_ylabel("training loss (nats), mean over seeds")
     ax.set_title(

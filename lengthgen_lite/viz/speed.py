@@ -16,7 +16,7 @@ import numpy as np
 from matplotlib.figure import Figure
 
 from ..core.fast_path import COMPILE_TOKEN_STEPS
-from .common import panels
+from .common import panels, plain_log_ticks
 
 
 def _check_rows(
@@ -130,6 +130,7 @@ def plot_fast_path(rows: Sequence[Mapping[str, Any]], *, title: str) -> Figure:
         label="arithmetic limit (matmul FLOPs / measured GFLOP/s)",
     )
     ax.set_yscale("log")
+    plain_log_ticks(ax)
     ax.set_xticks(x, [r["chapter"] for r in rows])
     ax.set_xlabel("chapter's main training")
     ax.set_ylabel("CPU ms per seed-step, one thread")

@@ -3,11 +3,14 @@
 // Serves the book on 127.0.0.1 and opens every page in Chromium. Fails if any page requests
 // another host or a missing local file, raises a script error (other than sphinx-thebe's known
 // harmless one), leaves a stored widget unrendered, maps a widget module outside vendor/, or has a
-// slider figure that does not change when its slider is dragged; or if the book holds fewer slider
-// figures than the minimum; or if axe-core (the accessibility checker) finds a serious or critical
-// problem on any page (THEME below lists the few findings left to the theme, with the reason).
-// Saves a screenshot of every slider figure, after the drag, to _build/browser/, and axe's findings
-// of every impact, page by page, to _build/browser/axe.json.
+// slider figure whose controls (one per grid axis: a range input or a drop-down, viz/sliders.py)
+// do not redraw it: its range inputs are moved from the keyboard (focus, ArrowRight) and then to
+// their last value, its drop-downs set to their last option, and after each move the plot's data
+// and drawing must change and a range must show and announce its value; or if the book holds fewer
+// slider figures than the minimum; or if axe-core (the accessibility checker) finds a serious or
+// critical problem on any page (THEME below lists the few findings left to the theme, with the
+// reason). Saves a screenshot of every slider figure, after the moves, to _build/browser/, and
+// axe's findings of every impact, page by page, to _build/browser/axe.json.
 import { mkdir, readdir, readFile, writeFile } from "node:fs/promises";
 import path from "node:path";
 import { AxeBuilder } from "@axe-core/playwright";
@@ -54,34 +57,60 @@ const browser = await launchChromium();
 const context = browser.context;
 await mkdir(SHOTS, { recursive: true });
 
-// The data and the drawn plot (without the slider itself) of a plotly graph div.
-const snapshot = (gd) => {
-  const svg = gd.querySelector(".main-svg").cloneNode(true);
-  svg.querySelectorAll(".slider-container").forEach((node) => node.remove());
-  return { data: JSON.stringify(gd.data), svg: svg.innerHTML };
+// The data and the drawn plot of a slider figure's plotly graph div.
+const snapshot = (figure) => {
+  const gd = figure.querySelector(".js-plotly-plot");
+  return { data: JSON.stringify(gd.data), svg: gd.querySelector(".main-svg").innerHTML };
 };
 
-async function dragEverySlider(page, name, figure) {
-  await figure.locator(".main-svg").first().waitFor();
+// Runs `move` on a figure's control, then waits until the figure changed (plotly redraws
+// asynchronously; under load this takes longer) and fails unless both its data and drawing did.
+async function changes(page, name, figure, what, move) {
   const before = await figure.evaluate(snapshot);
-  const rails = figure.locator(".slider-rail-rect");
-  for (let i = 0; i < (await rails.count()); i++) {
-    await rails.nth(i).scrollIntoViewIfNeeded();
-    const grip = await figure.locator(".slider-grip-rect").nth(i).boundingBox();
-    const rail = await rails.nth(i).boundingBox();
-    await page.mouse.move(grip.x + grip.width / 2, grip.y + grip.height / 2);
-    await page.mouse.down();
-    await page.mouse.move(rail.x + rail.width - 2, grip.y + grip.height / 2, { steps: 12 });
-    await page.mouse.up();
-  }
-  // Plotly redraws asynchronously; wait until the figure changed (under load this takes longer).
+  await move();
   let after = await figure.evaluate(snapshot);
   for (let tries = 0; tries < 40 && (after.data === before.data || after.svg === before.svg); tries++) {
     await page.waitForTimeout(250);
     after = await figure.evaluate(snapshot);
   }
-  if (after.data === before.data) fail(name, "slider drag did not change the figure's data");
-  if (after.svg === before.svg) fail(name, "slider drag did not change the drawn figure");
+  if (after.data === before.data) fail(name, `${what} did not change the figure's data`);
+  if (after.svg === before.svg) fail(name, `${what} did not change the drawn figure`);
+}
+
+// A range shows its grid value (the <output> beside it) and announces it (aria-valuetext).
+async function rangeShows(name, range, what) {
+  const id = await range.getAttribute("id");
+  const [shown, announced] = await Promise.all([
+    range.page().locator(`[id="${id}-value"]`).textContent(),
+    range.getAttribute("aria-valuetext"),
+  ]);
+  if (shown !== announced) fail(name, `${what}: the range shows ${shown} but announces ${announced}`);
+  return shown;
+}
+
+async function driveEveryControl(page, name, figure) {
+  await figure.locator(".js-plotly-plot .main-svg").first().waitFor();
+  const ranges = figure.locator('input[type="range"]');
+  const selects = figure.locator("select");
+  if ((await ranges.count()) + (await selects.count()) === 0) fail(name, "slider figure has no controls");
+  for (let i = 0; i < (await ranges.count()); i++) {
+    const range = ranges.nth(i);
+    await range.scrollIntoViewIfNeeded();
+    const first = await rangeShows(name, range, "at first");
+    await changes(page, name, figure, `range ${i}: ArrowRight`, async () => {
+      await range.focus();
+      await page.keyboard.press("ArrowRight");
+    });
+    if ((await rangeShows(name, range, "after ArrowRight")) === first) fail(name, `range ${i}: its value did not move`);
+    const last = await range.getAttribute("max");
+    await changes(page, name, figure, `range ${i}: moved to its end`, () => range.fill(last));
+    await rangeShows(name, range, "at its end");
+  }
+  for (let i = 0; i < (await selects.count()); i++) {
+    const select = selects.nth(i);
+    const options = await select.locator("option").evaluateAll((nodes) => nodes.map((node) => node.value));
+    await changes(page, name, figure, `drop-down ${i}: last option`, () => select.selectOption(options.at(-1)));
+  }
   await figure.screenshot({ path: path.join(SHOTS, `${name}.png`) });
 }
 
@@ -130,12 +159,12 @@ for (const url of await htmlPages(root)) {
   if (new Set(names).size !== names.length) fail(url, `slider figure names repeat: ${names}`);
   for (let i = 0; i < names.length; i++) {
     try {
-      await dragEverySlider(page, names[i], figures.nth(i));
+      await driveEveryControl(page, names[i], figures.nth(i));
     } catch (error) {
-      fail(names[i], `slider figure did not render or could not be dragged: ${error.message}`);
+      fail(names[i], `slider figure did not render or its controls could not be used: ${error.message}`);
     }
   }
-  // axe on the page as the reader sees it: widgets rendered, slider figures drawn (and dragged).
+  // axe on the page as the reader sees it: widgets rendered, slider figures drawn (and moved).
   const axe = await new AxeBuilder({ page }).analyze();
   let found = 0;
   for (const v of axe.violations) {
