@@ -28,7 +28,6 @@ and dropout masks (``tests/test_core_fast_path.py``).
 
 from __future__ import annotations
 
-import math
 import os
 import pathlib
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -84,11 +83,13 @@ def _attention(
         .transpose(1, 2)
         for W in (attn.W_Q, attn.W_K)
     )
+    q, k = attn.rotate(q, k)  # RoPE, after the tables' gather: per position
     if attn.last_query:
         q = q[:, :, -1:]
-    # [batch, head, T or 1, T]
-    scores = _matmul(q, k.transpose(-1, -2), broadcast) / math.sqrt(attn.d_head)
-    scores = attn.hook_attn_scores(attn.mask_future(scores))
+    # [batch, head, T or 1, T]: scaled (logit_scale, logit_factor) and masked
+    scores = attn.hook_attn_scores(
+        attn.logits(_matmul(q, k.transpose(-1, -2), broadcast))
+    )
     pattern = attn.dropout(attn.hook_pattern(scores.softmax(dim=-1)))
     if tokens is None:
         v = attn.W_V(x).view(B, T, attn.n_heads, attn.d_head).transpose(1, 2)
