@@ -126,18 +126,18 @@ def fast_forward(
     model: Transformer, tokens: Tensor, tables: bool = False, broadcast: bool = False
 ) -> Tensor:
     """``model(tokens)``, equal up to float rounding. ``tables`` (needs
-    ``positional="none"``): the first layer works on v-row token tables, whose hooks
-    then see [v, d_model] tables (recordings use the plain forward). ``broadcast``: the
-    attention's products as broadcast sums (``_matmul``)."""
+    ``positional`` "none" or "rope"): the first layer works on v-row token tables,
+    whose hooks then see [v, d_model] tables (recordings use the plain forward).
+    ``broadcast``: the attention's products as broadcast sums (``_matmul``)."""
     check_tokens(tokens)
     if not tables:
         x = model.with_positions(model.hook_embed(model.embed(tokens)))
         for block in model.blocks:
             x = _block(block, x, None, broadcast)
         return model.read_out(x)
-    if model.cfg.positional != "none":
+    if model.cfg.positional == "learned":
         raise ValueError(
-            "tables needs positional='none' (a position's input must "
+            "tables needs positional='none' or 'rope' (a position's input must "
             f"depend on its token alone), got {model.cfg.positional!r}"
         )
     x = model.hook_embed(model.embed.weight)
@@ -202,7 +202,8 @@ def plan_path(
     chunked = isinstance(task, NoiseSampler) and len(task.train_sizes()) == 1
     # a subclass may have its own forward (ch. 4's retrieval model)
     fast_model = model_class is Transformer
-    tables = fast_model and model_cfg.positional == "none"
+    # RoPE turns q and k after the tables' gather: positions stay out of the stream
+    tables = fast_model and model_cfg.positional != "learned"
     fixed_shapes, dropout = (
         len(task.train_sizes()) == 1,
         model_cfg.attn_dropout > 0 or model_cfg.resid_dropout > 0,
