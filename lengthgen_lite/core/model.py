@@ -273,11 +273,11 @@ class Attention(nn.Module):
         if cfg.logit_scale != "none":
             self.log_scale_length = math.log(cfg.scale_length)  # log n_train
         if cfg.logit_scale == "ssmax":
-            # s = 1 / log n_train: s log n is 1 at n_train, so at init the model is
-            # the unscaled one at its longest training input and the fixed "logn"
-            # one everywhere (same weights, same function: a paired comparison
-            # whose only difference is that s learns). Set in place, drawing no
-            # random number: every other weight starts as without it.
+            # s = 1 / log n_train, so s log n is 1 at n = n_train: a query that sees
+            # n_train keys starts with the unscaled logits, and the model starts as
+            # the fixed "logn" one of the same seed, everywhere (a paired
+            # comparison: the only difference is that s learns). Constant, drawing
+            # no random number: every other weight starts as without it.
             self.ssmax_s = nn.Parameter(
                 torch.full((cfg.n_heads,), 1.0 / self.log_scale_length)
             )
