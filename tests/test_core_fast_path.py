@@ -97,6 +97,11 @@ def train_paths(model_cfg, cfg, paths, **kwargs):
         (dict(norm="attn_out", attn_dropout=0.1, resid_dropout=0.1), "sampled"),
         # no token tables, the rest applies
         (dict(norm="none", positional="learned"), "soft"),
+        # chapter 8: the logits' length factor and RoPE (token tables apply to both)
+        (dict(norm="none", logit_scale="ssmax", scale_length=3, n_heads=2), "soft"),
+        (dict(norm="post", logit_scale="logn", scale_length=3), "sampled"),
+        (dict(norm="attn_out", logit_scale="ssmax", scale_length=3), "sampled"),
+        (dict(norm="pre_final", positional="rope", n_heads=2, n_layers=2), "soft"),
     ],
 )
 def test_fast_path_trains_what_the_reference_path_trains(model_kwargs, targets):
@@ -149,6 +154,30 @@ def test_compiled_path_trains_what_the_reference_path_trains():
     assert torch._dynamo.utils.counters["stats"]["unique_graphs"] == graphs
 
 
+@pytest.mark.filterwarnings(
+    "ignore:`torch.jit.script_method` is deprecated:DeprecationWarning"
+)
+@pytest.mark.filterwarnings(
+    "ignore:The .grad attribute of a Tensor that is not a leaf Tensor:UserWarning"
+)
+def test_compiled_path_trains_chapter_eights_options_as_the_reference_path():
+    # RoPE, the learned s of SSMax (a vector: no weight decay) and a norm, compiled
+    model_cfg = ModelConfig(
+        vocab_size=8,
+        d_model=16,
+        n_heads=2,
+        norm="attn_out",
+        positional="rope",
+        logit_scale="ssmax",
+        scale_length=3,
+    )
+    cfg = TrainConfig(steps=30, warmup=5, batch=32, lr=1e-2, weight_decay=0.1)
+    runs = train_paths(model_cfg, cfg, ("reference", "compiled"))
+    assert_same_training(runs["reference"], runs["compiled"], TASK.v)
+    s = [m.blocks[0].attn.ssmax_s for m in runs["compiled"].models]
+    assert all(not torch.allclose(x, torch.full((2,), 1 / np.log(3))) for x in s)
+
+
 @pytest.mark.parametrize(
     "task, targets",
     [
@@ -173,8 +202,17 @@ def test_chunked_batches_are_the_reference_batches(task, targets):
 
 
 @pytest.mark.parametrize("norm", PLACEMENTS)
-@pytest.mark.parametrize("biases", [{}, {"attn_bias": True, "init": "torch"}])
-def test_fast_forward_is_the_same_function(norm, biases):
+@pytest.mark.parametrize(
+    "options",
+    [
+        {},
+        {"attn_bias": True, "init": "torch"},
+        {"logit_scale": "logn", "scale_length": 3},
+        {"logit_scale": "ssmax", "scale_length": 3},
+        {"positional": "rope", "logit_scale": "ssmax", "scale_length": 3},
+    ],
+)
+def test_fast_forward_is_the_same_function(norm, options):
     model = Transformer(
         ModelConfig(
             vocab_size=8,
@@ -183,14 +221,19 @@ def test_fast_forward_is_the_same_function(norm, biases):
             n_layers=2,
             d_mlp=8,
             norm=norm,
-            **biases,
+            **options,
         )
     )
+    if "ssmax_s" in dict(model.blocks[0].attn.named_parameters()):
+        with torch.no_grad():  # s as after training: another value per head
+            for block in model.blocks:
+                block.attn.ssmax_s.copy_(torch.tensor([0.4, 1.3]))
     tokens = TASK.sample_train_batch(16, 5, make_generator(0)).inputs
     # Equal up to rounding: each form is about as far from the exact (float64) function
     # as the plain float32 forward is (the tables reassociate products, e.g. W_O).
     exact = copy.deepcopy(model).double()(tokens)
     plain = (model(tokens).double() - exact).abs().max()
+    # RoPE puts positions in q and k only (turned after the gather): tables apply
     for tables, broadcast in ((True, False), (False, True), (True, True)):
         error = (
             (fast_forward(model, tokens, tables, broadcast).double() - exact)
@@ -230,6 +273,13 @@ def test_tables_need_a_model_without_positions():
             {"resid_dropout": 0.1},
             "auto",
             "chunked_data + fast_model + token_tables",
+        ),
+        (
+            Transformer,
+            TASK,
+            {"positional": "rope", "logit_scale": "ssmax", "scale_length": 3},
+            "compiled",
+            "chunked_data + fast_model + token_tables + compiled",
         ),
         (Transformer, PerSeedOnly(), {}, "fast", "fast_model + token_tables"),
         (RetrievalTransformer, ArgmaxRetrieval(), None, "auto", "reference"),

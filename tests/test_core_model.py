@@ -1,13 +1,18 @@
+import math
+from dataclasses import replace
+
 import pytest
 import torch
 
 from lengthgen_lite.core.hooks import hook_names, run_with_cache, run_with_hooks
 from lengthgen_lite.core.model import (
+    LOGIT_SCALES,
     NORM_SITES,
     PLACEMENTS,
     ModelConfig,
     NormSites,
     Transformer,
+    attention_logit_factor,
     init_model,
 )
 from lengthgen_lite.core.seeding import seed_everything
@@ -124,7 +129,7 @@ def test_forward_embeddings_checks_width_and_max_len():
     [
         (dict(norm="sandwich"), "norm='sandwich' is unknown"),
         (dict(norm_kind="rms"), "norm_kind='rms' is unknown"),
-        (dict(positional="rope"), "positional='rope' is unknown"),
+        (dict(positional="alibi"), "positional='alibi' is unknown"),
         (dict(d_model=10, n_heads=3), "not divisible"),
         (dict(vocab_size=0), "vocab_size must be"),
         (dict(d_mlp=-1), "d_mlp must be"),
@@ -402,3 +407,247 @@ def test_bad_component_options_raise(kwargs, message):
 def test_only_a_model_with_an_input_layer_takes_an_item_mlp():
     with pytest.raises(ValueError, match="item_mlp=8 is invalid for Transformer"):
         Transformer(ModelConfig(vocab_size=8, item_mlp=8))
+
+
+# --- chapter 8: the logits' length factor, the test-time factor, RoPE -----------------
+
+
+def attention_input(model, cache):
+    """What layer 0's attention reads: the normed stream under pre-norm."""
+    if model.cfg.norm_sites.pre:
+        return cache["blocks.0.ln1.hook_normalized"]
+    return cache["blocks.0.hook_resid_pre"]
+
+
+def hand_logits(model, h):
+    """Layer 0's q.k / sqrt(d_head) [batch, head, T, T] from the weights and its input
+    h [batch, T, d_model], and its v [batch, head, T, d_head]."""
+    attn = model.blocks[0].attn
+    B, T, _ = h.shape
+    q, k, v = (
+        (h @ W.weight.double().T).view(B, T, attn.n_heads, attn.d_head).transpose(1, 2)
+        for W in (attn.W_Q, attn.W_K, attn.W_V)
+    )
+    return q @ k.transpose(-1, -2) / attn.d_head**0.5, v
+
+
+def keys_seen(T, causal=True):
+    """n per query [T]: position + 1 (causal), or T."""
+    return torch.arange(1, T + 1).double() if causal else torch.full((T,), float(T))
+
+
+def masked_softmax(scores, causal=True):
+    T = scores.shape[-1]
+    if causal:
+        scores = scores.masked_fill(torch.ones(T, T).triu(1).bool(), float("-inf"))
+    return scores, scores.softmax(-1)
+
+
+@pytest.mark.parametrize("causal", [True, False])
+@pytest.mark.parametrize("norm", PLACEMENTS)
+def test_logn_scales_each_querys_logits_by_log_n_over_log_n_train(causal, norm):
+    cfg = ModelConfig(
+        vocab_size=8,
+        d_model=16,
+        n_heads=2,
+        norm=norm,
+        causal=causal,
+        logit_scale="logn",
+        scale_length=3,
+    )
+    model = init_model(cfg, 1).double()
+    x = tokens(batch=2, length=6)
+    _, cache = run_with_cache(model, x)
+    raw, _ = hand_logits(model, attention_input(model, cache))
+    factor = keys_seen(6, causal).log() / math.log(3)  # [query]
+    scores, pattern = masked_softmax(raw * factor[:, None], causal)
+    torch.testing.assert_close(cache["blocks.0.attn.hook_attn_scores"], scores)
+    # the pattern is the softmax of the scaled logits
+    torch.testing.assert_close(cache["blocks.0.attn.hook_pattern"], pattern)
+    if causal:  # the first query sees one key: log 1 = 0, all its weight on it
+        assert (cache["blocks.0.attn.hook_attn_scores"][:, :, 0, 0] == 0).all()
+
+
+@pytest.mark.parametrize("queries", ["all", "last"])
+def test_ssmax_multiplies_the_logits_by_a_learned_s_per_head_times_log_n(queries):
+    causal = queries == "all"
+    cfg = ModelConfig(
+        vocab_size=8,
+        d_model=16,
+        n_heads=2,
+        d_mlp=8,
+        causal=causal,
+        queries=queries,
+        logit_scale="ssmax",
+        scale_length=4,
+    )
+    model = init_model(cfg, 2).double()
+    attn = model.blocks[0].attn
+    # initialised at 1 / log n_train in every head; then two different heads
+    torch.testing.assert_close(
+        attn.ssmax_s, torch.full((2,), 1 / math.log(4), dtype=torch.float64)
+    )
+    with torch.no_grad():
+        attn.ssmax_s.copy_(torch.tensor([0.5, 2.0]))
+    x = tokens(batch=3, length=5)
+    _, cache = run_with_cache(model, x)
+    raw, v = hand_logits(model, attention_input(model, cache))
+    s = torch.tensor([0.5, 2.0], dtype=torch.float64)[:, None, None]
+    scores, pattern = masked_softmax(
+        raw * s * keys_seen(5, causal).log()[:, None], causal
+    )
+    if queries == "last":  # one query, which sees all 5 keys
+        scores, pattern = scores[:, :, -1:], pattern[:, :, -1:]
+    torch.testing.assert_close(cache["blocks.0.attn.hook_attn_scores"], scores)
+    torch.testing.assert_close(cache["blocks.0.attn.hook_pattern"], pattern)
+    torch.testing.assert_close(
+        cache["blocks.0.attn.hook_z"], (pattern @ v).transpose(1, 2)
+    )
+    # s is a parameter that learns, without weight decay (a vector)
+    model(x).square().sum().backward()
+    assert attn.ssmax_s.grad is not None and attn.ssmax_s.grad.abs().sum() > 0
+
+
+@pytest.mark.parametrize("norm", PLACEMENTS)
+def test_ssmax_starts_as_logn_and_every_other_weight_as_without_scaling(norm):
+    common = dict(vocab_size=8, d_model=16, n_heads=2, d_mlp=8, norm=norm)
+    models = {
+        scale: init_model(
+            ModelConfig(
+                **common,
+                logit_scale=scale,
+                scale_length=None if scale == "none" else 4,
+            ),
+            3,
+        )
+        for scale in LOGIT_SCALES
+    }
+    plain = models["none"].state_dict()
+    for scale, model in models.items():
+        state = model.state_dict()
+        extra = {"blocks.0.attn.ssmax_s"} if scale == "ssmax" else set()
+        assert set(state) == set(plain) | extra
+        for name, p in plain.items():
+            assert torch.equal(state[name], p), (scale, name)
+        # no new hook: the scaling is inside hook_attn_scores
+        assert hook_names(model) == hook_names(models["none"])
+    x = tokens(length=6)
+    torch.testing.assert_close(models["ssmax"](x), models["logn"](x))
+    # the unscaled model at n_train: the query at position 4 (4 keys) is unchanged
+    _, a = run_with_cache(models["none"], x, ["blocks.0.attn.hook_pattern"])
+    _, b = run_with_cache(models["ssmax"], x, ["blocks.0.attn.hook_pattern"])
+    pattern = "blocks.0.attn.hook_pattern"
+    torch.testing.assert_close(a[pattern][:, :, 3], b[pattern][:, :, 3])
+
+
+def test_the_test_time_factor_multiplies_the_logits_and_is_undone_on_exit():
+    model = init_model(
+        ModelConfig(
+            vocab_size=8, d_model=16, n_heads=2, logit_scale="ssmax", scale_length=4
+        ),
+        4,
+    )
+    x = tokens()
+    name = "blocks.0.attn.hook_attn_scores"
+    before, cache = run_with_cache(model, x, [name])
+    with attention_logit_factor(model, 1.7) as same:
+        assert same is model
+        _, scaled = run_with_cache(model, x, [name])
+    torch.testing.assert_close(scaled[name], 1.7 * cache[name])
+    # exactly as before afterwards, also after an error inside the block
+    with pytest.raises(RuntimeError), attention_logit_factor(model, 3.0):
+        raise RuntimeError
+    assert torch.equal(model(x), before)
+    for bad in (0, -1.0, float("inf"), True, "2"):
+        with (
+            pytest.raises(ValueError, match="factor must be a finite number > 0"),
+            attention_logit_factor(model, bad),
+        ):
+            pass
+    with (
+        pytest.raises(ValueError, match="Linear has no Attention"),
+        attention_logit_factor(torch.nn.Linear(2, 2), 2.0),
+    ):
+        pass
+
+
+def rope_by_hand(x, base=10_000.0):
+    """x [batch, head, pos, d] rotated pair by pair (i, i + d/2), one position at a
+    time, in float64."""
+    out = torch.empty_like(x, dtype=torch.float64)
+    d = x.shape[-1]
+    for t in range(x.shape[-2]):
+        for i in range(d // 2):
+            angle = t * base ** (-2 * i / d)
+            c, s = math.cos(angle), math.sin(angle)
+            a, b = x[..., t, i].double(), x[..., t, i + d // 2].double()
+            out[..., t, i] = a * c - b * s
+            out[..., t, i + d // 2] = a * s + b * c
+    return out
+
+
+@pytest.mark.parametrize("norm", PLACEMENTS)
+def test_rope_rotates_q_and_k_by_position_and_adds_nothing_to_the_residual(norm):
+    cfg = ModelConfig(vocab_size=8, d_model=16, n_heads=2, norm=norm, positional="rope")
+    model = init_model(cfg, 5).double()
+    nope = init_model(replace(cfg, positional="none"), 5).double()
+    # the same weights (RoPE has none) and hooks: no position embedding
+    assert torch.equal(
+        torch.cat([p.flatten() for p in model.parameters()]),
+        torch.cat([p.flatten() for p in nope.parameters()]),
+    )
+    assert hook_names(model) == hook_names(nope)
+    x = tokens(batch=2, length=6)
+    _, cache = run_with_cache(model, x)
+    attn = model.blocks[0].attn
+    h = attention_input(model, cache)
+    q, k = (
+        (h @ W.weight.T).view(2, 6, 2, 8).transpose(1, 2) for W in (attn.W_Q, attn.W_K)
+    )
+    scores, pattern = masked_softmax(
+        rope_by_hand(q) @ rope_by_hand(k).transpose(-1, -2) / 8**0.5
+    )
+    torch.testing.assert_close(cache["blocks.0.attn.hook_attn_scores"], scores)
+    torch.testing.assert_close(cache["blocks.0.attn.hook_pattern"], pattern)
+
+
+def test_rope_logits_depend_on_positions_only_through_their_difference():
+    attn = (
+        init_model(
+            ModelConfig(vocab_size=8, d_model=16, n_heads=2, positional="rope"), 6
+        )
+        .blocks[0]
+        .attn.double()
+    )
+    q, k = torch.randn(2, 1, 1, 8, dtype=torch.float64).unbind(0)
+    # the same q and k at positions (i, j) of a longer sequence: 7 positions
+    q7, k7 = (u.expand(1, 2, 7, 8) for u in (q, k))
+    qr, kr = attn.rotate(q7, k7)
+    scores = qr @ kr.transpose(-1, -2)  # [1, 2, 7, 7]
+    for shift in range(1, 4):
+        torch.testing.assert_close(
+            scores[..., shift:, shift:], scores[..., : 7 - shift, : 7 - shift]
+        )
+    assert not torch.allclose(scores[..., 0, 0], scores[..., 3, 0])
+
+
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        (dict(logit_scale="temperature"), "logit_scale='temperature' is unknown"),
+        (dict(logit_scale="logn"), "logit_scale='logn' needs scale_length"),
+        (
+            dict(logit_scale="ssmax", scale_length=1),
+            "scale_length must be an integer >= 2",
+        ),
+        (dict(scale_length=4), "scale_length=4 is invalid with logit_scale='none'"),
+        (dict(positional="rope", d_model=12, n_heads=4), "d_head=3 is invalid"),
+    ],
+)
+def test_bad_scaling_options_raise(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        ModelConfig(**{"vocab_size": 8, **kwargs})
+
+
+def test_logit_scales_are_declared_once_in_order():
+    assert LOGIT_SCALES == ("none", "logn", "ssmax")

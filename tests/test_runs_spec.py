@@ -240,3 +240,42 @@ def test_chapter_four_reference_rerun_to_the_first_checkpoint_is_a_prefix():
     # the live cosine run would not be: its factor at step 1000 of 6000 is below 1
     live = spec.configurations()[0].train_config()
     assert replace(live, schedule="cosine").lr_factor(first) < 1
+
+
+def test_chapter_eights_fields_reach_the_model_config_and_default_off():
+    assert (Config().positional, Config().logit_scale, Config().scale_length) == (
+        "none",
+        "none",
+        None,
+    )
+    model = Config().model_config()
+    assert (model.positional, model.logit_scale, model.scale_length) == (
+        "none",
+        "none",
+        None,
+    )
+    # n_train: the training length unless given
+    assert Config(logit_scale="ssmax", train_length=5).model_config().scale_length == 5
+    model = Config(logit_scale="logn", scale_length=7, positional="rope").model_config()
+    assert (model.logit_scale, model.scale_length, model.positional) == (
+        "logn",
+        7,
+        "rope",
+    )
+    retrieval = Config(task="argmax_retrieval", n_heads=4, logit_scale="ssmax")
+    assert retrieval.model_config().scale_length == 16
+
+
+@pytest.mark.parametrize(
+    "fields, message",
+    [
+        ({"logit_scale": "cosine"}, "unknown logit_scale 'cosine'"),
+        ({"scale_length": 4}, "scale_length=4 is invalid; allowed: None"),
+        ({"positional": "alibi"}, "unknown positional 'alibi'"),
+        ({"logit_scale": "logn", "scale_length": 1}, "scale_length must be"),
+        ({"logit_scale": "logn", "train_length": 1}, "scale_length must be"),
+    ],
+)
+def test_chapter_eights_bad_fields_raise(fields, message):
+    with pytest.raises(ValueError, match=message):
+        Config(**fields)

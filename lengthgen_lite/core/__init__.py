@@ -17,11 +17,13 @@ from .evaluation import (
 )
 from .hooks import hook_names, run_with_cache, run_with_hooks
 from .model import (
+    LOGIT_SCALES,
     NORM_SITES,
     PLACEMENTS,
     ModelConfig,
     NormSites,
     Transformer,
+    attention_logit_factor,
     init_model,
 )
 from .retrieval import (
@@ -55,11 +57,13 @@ __all__ = [
     "evaluate_seeds",
     "evaluate_set_complement",
     "prefix_profile",
+    "LOGIT_SCALES",
     "NORM_SITES",
     "PLACEMENTS",
     "ModelConfig",
     "NormSites",
     "Transformer",
+    "attention_logit_factor",
     "hook_names",
     "init_model",
     "run_with_cache",

@@ -28,7 +28,6 @@ and dropout masks (``tests/test_core_fast_path.py``).
 
 from __future__ import annotations
 
-import math
 import os
 import pathlib
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -84,11 +83,13 @@ def _attention(
         .transpose(1, 2)
         for W in (attn.W_Q, attn.W_K)
     )
+    q, k = attn.rotate(q, k)  # RoPE, after the tables' gather: per position
     if attn.last_query:
         q = q[:, :, -1:]
-    # [batch, head, T or 1, T]
-    scores = _matmul(q, k.transpose(-1, -2), broadcast) / math.sqrt(attn.d_head)
-    scores = attn.hook_attn_scores(attn.mask_future(scores))
+    # [batch, head, T or 1, T]: scaled (logit_scale, logit_factor) and masked
+    scores = attn.hook_attn_scores(
+        attn.logits(_matmul(q, k.transpose(-1, -2), broadcast))
+    )
     pattern = attn.dropout(attn.hook_pattern(scores.softmax(dim=-1)))
     if tokens is None:
         v = attn.W_V(x).view(B, T, attn.n_heads, attn.d_head).transpose(1, 2)
@@ -125,18 +126,18 @@ def fast_forward(
     model: Transformer, tokens: Tensor, tables: bool = False, broadcast: bool = False
 ) -> Tensor:
     """``model(tokens)``, equal up to float rounding. ``tables`` (needs
-    ``positional="none"``): the first layer works on v-row token tables, whose hooks
-    then see [v, d_model] tables (recordings use the plain forward). ``broadcast``: the
-    attention's products as broadcast sums (``_matmul``)."""
+    ``positional`` "none" or "rope"): the first layer works on v-row token tables,
+    whose hooks then see [v, d_model] tables (recordings use the plain forward).
+    ``broadcast``: the attention's products as broadcast sums (``_matmul``)."""
     check_tokens(tokens)
     if not tables:
         x = model.with_positions(model.hook_embed(model.embed(tokens)))
         for block in model.blocks:
             x = _block(block, x, None, broadcast)
         return model.read_out(x)
-    if model.cfg.positional != "none":
+    if model.cfg.positional == "learned":
         raise ValueError(
-            "tables needs positional='none' (a position's input must "
+            "tables needs positional='none' or 'rope' (a position's input must "
             f"depend on its token alone), got {model.cfg.positional!r}"
         )
     x = model.hook_embed(model.embed.weight)
@@ -201,7 +202,8 @@ def plan_path(
     chunked = isinstance(task, NoiseSampler) and len(task.train_sizes()) == 1
     # a subclass may have its own forward (ch. 4's retrieval model)
     fast_model = model_class is Transformer
-    tables = fast_model and model_cfg.positional == "none"
+    # RoPE turns q and k after the tables' gather: positions stay out of the stream
+    tables = fast_model and model_cfg.positional != "learned"
     fixed_shapes, dropout = (
         len(task.train_sizes()) == 1,
         model_cfg.attn_dropout > 0 or model_cfg.resid_dropout > 0,

@@ -12,7 +12,7 @@ name                                       shape                                
 ``hook_pos_embed``                         [batch, pos, d_model]                 positional="learned"
 ``blocks.i.hook_resid_pre``                [batch, pos, d_model]                 always
 ``blocks.i.ln1.hook_normalized``           [batch, pos, d_model]                 norm in pre, pre_final, post
-``blocks.i.attn.hook_attn_scores``         [batch, head, query_pos, key_pos]     always (pre-softmax)
+``blocks.i.attn.hook_attn_scores``         [batch, head, query_pos, key_pos]     always (the logits the softmax sees)
 ``blocks.i.attn.hook_pattern``             [batch, head, query_pos, key_pos]     always
 ``blocks.i.attn.hook_z``                   [batch, pos, head, d_head]            always (before W_O)
 ``blocks.i.hook_attn_out``                 [batch, pos, d_model]                 always (after W_O, before any norm)
@@ -38,6 +38,13 @@ With ``queries="last"`` (chapter 4) only the last position queries attention and
 on: from ``hook_attn_scores`` on, ``query_pos`` and ``pos`` have size 1 and the logits
 are [batch, 1, n_outputs].
 
+Attention's logits are q.k / sqrt(d_head), times the length factor of
+``logit_scale`` (``LOGIT_SCALES``, declared once: none, logn, ssmax; chapter 8), times
+the test-time factor of :func:`attention_logit_factor`, with the future masked:
+``hook_attn_scores`` records them and ``hook_pattern`` is their softmax. Under
+``positional="rope"`` q and k are rotated by their positions first (nothing is added
+to the residual stream). Each composes with every norm placement.
+
 Chapter 4's retrieval model, a subclass with an input layer for packed set items, lives
 in :mod:`lengthgen_lite.core.retrieval` with its tasks. Training's faster forward of the
 same function (token tables, fused attention products) is
@@ -47,7 +54,8 @@ same function (token tables, fused attention products) is
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Literal, get_args
 
@@ -60,7 +68,10 @@ from .seeding import forked_torch_stream
 from .validation import require_int, require_number
 
 NormKind = Literal["layernorm", "standardize"]
-Positional = Literal["none", "learned"]
+# "rope": q and k rotated by position in every attention (Su et al.'s RoPE, halves
+# paired as in GPT-NeoX and Llama), nothing added to the residual stream
+Positional = Literal["none", "learned", "rope"]
+ROPE_BASE = 10_000.0
 Queries = Literal["all", "last"]
 # "book": linear maps with std 1/sqrt(fan_in), biases zero; "torch": PyTorch's own
 # nn.Linear init, weights and biases uniform in +-1/sqrt(fan_in) (std 1/sqrt(3 fan_in)).
@@ -105,6 +116,13 @@ NORM_SITES: dict[str, NormSites] = {
 PLACEMENTS: tuple[str, ...] = tuple(NORM_SITES)
 NormPlacement = str  # one of PLACEMENTS (a key of NORM_SITES, checked by ModelConfig)
 
+# How attention logits scale with n, the number of keys a query sees (causal: its
+# position + 1), declared once (chapter 8): "none" x 1; "logn" x log n / log n_train
+# (fixed, Chiang & Cholak 2022); "ssmax" x s log n with s learned per head
+# (Scalable-Softmax, Nakanishi 2025). n_train is ``ModelConfig.scale_length``.
+LogitScale = Literal["none", "logn", "ssmax"]
+LOGIT_SCALES: tuple[str, ...] = get_args(LogitScale)
+
 
 @dataclass(frozen=True)
 class ModelConfig:
@@ -136,6 +154,10 @@ class ModelConfig:
     # hidden width of an MLP applied to each input item before the first block (0:
     # none); only chapter 4's RetrievalTransformer has one (core.retrieval)
     item_mlp: int = 0
+    # the attention logits' length factor (LOGIT_SCALES; chapter 8) and n_train, the
+    # number of keys at which it is 1 (needed by "logn" and "ssmax", None otherwise)
+    logit_scale: LogitScale = "none"
+    scale_length: int | None = None
 
     def __post_init__(self) -> None:
         for name in ("vocab_size", "n_layers", "d_model", "n_heads", "max_len"):
@@ -161,6 +183,7 @@ class ModelConfig:
             "positional": get_args(Positional),
             "queries": get_args(Queries),
             "init": get_args(Init),
+            "logit_scale": LOGIT_SCALES,
         }
         for name, allowed in choices.items():
             if getattr(self, name) not in allowed:
@@ -171,6 +194,24 @@ class ModelConfig:
             value = getattr(self, name)
             if not 0.0 <= require_number(name, value) < 1.0:
                 raise ValueError(f"{name} must be in [0, 1), got {value!r}")
+        if self.logit_scale == "none" and self.scale_length is not None:
+            raise ValueError(
+                f"scale_length={self.scale_length!r} is invalid with "
+                "logit_scale='none'; allowed: None (only logn and ssmax read it)"
+            )
+        if self.logit_scale != "none" and self.scale_length is None:
+            raise ValueError(
+                f"logit_scale={self.logit_scale!r} needs scale_length (n_train, the "
+                "number of keys at which its factor is 1); allowed: an int >= 2"
+            )
+        if self.logit_scale != "none":
+            # log 1 = 0: n_train must be at least 2 keys
+            require_int("scale_length", self.scale_length, minimum=2)
+        if self.positional == "rope" and self.head_dim % 2:
+            raise ValueError(
+                f"positional='rope' rotates pairs of features: d_head={self.head_dim} "
+                "is invalid; allowed: an even d_head"
+            )
 
     @property
     def norm_sites(self) -> NormSites:
@@ -220,10 +261,28 @@ class Norm(nn.Module):
 
 
 class Attention(nn.Module):
+    """Multi-head attention, computed explicitly; :meth:`rotate` (RoPE) and
+    :meth:`logits` (the scaling and the mask) are shared with the fast path."""
+
     def __init__(self, cfg: ModelConfig):
         super().__init__()
         self.n_heads, self.d_head, self.causal = cfg.n_heads, cfg.head_dim, cfg.causal
         self.last_query = cfg.queries == "last"
+        self.rope = cfg.positional == "rope"
+        self.logit_scale = cfg.logit_scale
+        if cfg.logit_scale != "none":
+            self.log_scale_length = math.log(cfg.scale_length)  # log n_train
+        if cfg.logit_scale == "ssmax":
+            # s = 1 / log n_train, so s log n is 1 at n = n_train: a query that sees
+            # n_train keys starts with the unscaled logits, and the model starts as
+            # the fixed "logn" one of the same seed, everywhere (a paired
+            # comparison: the only difference is that s learns). Constant, drawing
+            # no random number: every other weight starts as without it.
+            self.ssmax_s = nn.Parameter(
+                torch.full((cfg.n_heads,), 1.0 / self.log_scale_length)
+            )
+        # the test-time factor (P4): 1 except inside attention_logit_factor(...)
+        self.logit_factor = 1.0
         inner = cfg.n_heads * cfg.head_dim
         self.W_Q = nn.Linear(cfg.d_model, inner, bias=False)
         self.W_K = nn.Linear(cfg.d_model, inner, bias=False)
@@ -246,11 +305,12 @@ class Attention(nn.Module):
             W(x).view(B, T, self.n_heads, self.d_head).transpose(1, 2)
             for W in (self.W_Q, self.W_K)
         )  # [batch, head, pos, d_head]
+        q, k = self.rotate(q, k)
         # one query row: O(T) rather than O(T^2), so N = 1024 stays cheap (ch. 4)
         if self.last_query:
             q = q[:, :, -1:]
         # [batch, head, T or 1, T]
-        scores = self.mask_future(q @ k.transpose(-1, -2) / math.sqrt(self.d_head))
+        scores = self.logits(q @ k.transpose(-1, -2))
         pattern = self.hook_pattern(self.hook_attn_scores(scores).softmax(dim=-1))
         pattern = self.dropout(pattern)
         v = self.W_V(x).view(B, T, self.n_heads, self.d_head).transpose(1, 2)
@@ -258,6 +318,54 @@ class Attention(nn.Module):
         z = self.hook_z((pattern @ v).transpose(1, 2))
         # [batch, T or 1, d_model]
         return self.W_O(z.reshape(B, z.shape[1], self.n_heads * self.d_head))
+
+    def rotate(self, q: Tensor, k: Tensor) -> tuple[Tensor, Tensor]:
+        """q, k [batch, head, pos, d_head] rotated by their positions 0..pos-1 under
+        RoPE (unchanged otherwise): features i and i + d_head/2 turn by the angle
+        position x ROPE_BASE^(-2i/d_head), so q.k depends on positions only through
+        their difference."""
+        if not self.rope:
+            return q, k
+        half = self.d_head // 2
+        exponents = torch.arange(half, dtype=q.dtype, device=q.device) / half
+        positions = torch.arange(q.shape[-2], dtype=q.dtype, device=q.device)
+        angles = positions[:, None] * ROPE_BASE**-exponents  # [pos, d_head / 2]
+        cos, sin = angles.cos(), angles.sin()
+
+        def turn(x: Tensor) -> Tensor:
+            a, b = x[..., :half], x[..., half:]
+            return torch.cat([a * cos - b * sin, a * sin + b * cos], dim=-1)
+
+        return turn(q), turn(k)
+
+    def logits(self, qk: Tensor) -> Tensor:
+        """q.k [batch, head, query_pos, key_pos] -> the logits the softmax sees:
+        divided by sqrt(d_head), times the length factor of ``logit_scale`` and the
+        test-time ``logit_factor``, the future masked (what ``hook_attn_scores``
+        records)."""
+        scores = qk / math.sqrt(self.d_head)
+        if self.logit_scale != "none":
+            factor = self.length_factor(*scores.shape[-2:], device=scores.device)
+            scores = scores * factor.to(scores.dtype)
+        if self.logit_factor != 1.0:
+            scores = scores * self.logit_factor
+        return self.mask_future(scores)
+
+    def length_factor(
+        self, n_queries: int, T: int, device: torch.device | None = None
+    ) -> Tensor:
+        """The logits' factor per query, [query_pos, 1] ("logn") or [head, query_pos,
+        1] ("ssmax"): log n / log n_train or s log n, with n the number of keys the
+        query sees (causal: its position + 1; else all T). n = 1 gives 0: one key
+        takes all the weight whatever its logit."""
+        if self.causal:  # the queries are the last n_queries positions
+            n = torch.arange(T - n_queries + 1, T + 1, device=device)
+        else:
+            n = torch.full((n_queries,), T, device=device)
+        log_n = n.float().log()[:, None]  # [query_pos, 1]
+        if self.logit_scale == "logn":
+            return log_n / self.log_scale_length
+        return self.ssmax_s[:, None, None] * log_n
 
     def mask_future(self, scores: Tensor) -> Tensor:
         """scores [..., query_pos, key_pos] with -inf where a query would see a later
@@ -430,6 +538,29 @@ def check_tokens(tokens: Tensor) -> Tensor:
             f"{tuple(tokens.shape)} {tokens.dtype}"
         )
     return tokens
+
+
+@contextmanager
+def attention_logit_factor(model: nn.Module, factor: float) -> Iterator[nn.Module]:
+    """Inside the block, every attention of ``model`` multiplies its logits by
+    ``factor`` (after any ``logit_scale``); back to 1 on exit.
+
+    A test-time temperature (chapter 8's P4, e.g. log N / log N_train on a model
+    trained without scaling): an evaluation axis, never trained with (``train`` builds
+    its models afresh, at factor 1). Both forward paths read it.
+    """
+    factor = require_number("factor", factor, 0.0, strict=True)
+    attentions = [m for m in model.modules() if isinstance(m, Attention)]
+    if not attentions:
+        raise ValueError(f"{type(model).__name__} has no Attention to scale")
+    before = [a.logit_factor for a in attentions]
+    try:
+        for a in attentions:
+            a.logit_factor = factor
+        yield model
+    finally:
+        for a, f in zip(attentions, before):
+            a.logit_factor = f
 
 
 def init_model(

@@ -32,7 +32,14 @@ from functools import cached_property
 from typing import Any, get_args
 
 from ..core.averaging import make_bema, make_ema
-from ..core.model import NORM_SITES, Init, ModelConfig, NormKind
+from ..core.model import (
+    LOGIT_SCALES,
+    NORM_SITES,
+    Init,
+    ModelConfig,
+    NormKind,
+    Positional,
+)
 from ..core.task_registry import TASKS, Setup, task_entry
 from ..core.training import (
     AveragerFactory,
@@ -117,7 +124,10 @@ class Config:
     task's model is chapter 4's ``RetrievalTransformer`` (no causal mask, only the query
     attends); its variants are ``norm`` "none" or "attn_out" with ``norm_kind``
     "layernorm" or "standardize"; ``item_mlp`` > 0 gives it an item MLP of that width.
-    ``attn_bias`` puts biases on W_V and W_O (any task).
+    ``attn_bias`` puts biases on W_V and W_O (any task). ``positional`` is "none"
+    (NoPE), "learned" or "rope"; ``logit_scale`` one of ``core.model.LOGIT_SCALES``
+    (chapter 8), with ``scale_length`` (n_train, where the factor is 1) None taking the
+    training length (a retrieval query sees N + 1 keys: its own slot too).
     """
 
     task: str = "set_complement"
@@ -140,6 +150,10 @@ class Config:
     item_mlp: int = 0
     attn_dropout: float = 0.0
     resid_dropout: float = 0.0
+    # chapter 8: positions and the attention logits' length factor
+    positional: str = "none"
+    logit_scale: str = "none"
+    scale_length: int | None = None
     # training (core.training.TrainConfig); the warm-up is capped at half the steps
     targets: str = "soft"
     steps: int = 1000
@@ -159,6 +173,10 @@ class Config:
         require_choice("targets", self.targets, TARGETS)
         require_choice("norm_kind", self.norm_kind, get_args(NormKind))
         require_choice("schedule", self.schedule, get_args(Schedule))
+        require_choice("positional", self.positional, get_args(Positional))
+        require_choice("logit_scale", self.logit_scale, LOGIT_SCALES)
+        if self.logit_scale == "none" and self.scale_length is not None:
+            _fail("scale_length", self.scale_length, "None with logit_scale='none'")
         for name in (
             "v",
             "board",
@@ -176,7 +194,7 @@ class Config:
             _fail("item_mlp", self.item_mlp, "0 (an item MLP is a retrieval task's)")
         for name in ("d_mlp", "warmup", "item_mlp"):
             require_int(name, getattr(self, name), 0)
-        for name in ("train_length", "test_length"):
+        for name in ("train_length", "test_length", "scale_length"):
             if getattr(self, name) is not None:
                 require_int(name, getattr(self, name), 1)
         for name in ("attn_dropout", "resid_dropout"):
@@ -196,7 +214,12 @@ class Config:
 
     def model_config(self) -> ModelConfig:
         entry = task_entry(self.task)
-        task = self.setup().task
+        setup = self.setup()
+        task = setup.task
+        # n_train, where the logits' length factor is 1: None without a logit_scale
+        scale_length = self.scale_length
+        if self.logit_scale != "none" and scale_length is None:
+            scale_length = setup.train_length
         return ModelConfig(
             vocab_size=task.vocab_size,
             n_outputs=entry.n_outputs(task),
@@ -211,6 +234,9 @@ class Config:
             item_mlp=self.item_mlp,
             attn_dropout=self.attn_dropout,
             resid_dropout=self.resid_dropout,
+            positional=self.positional,  # type: ignore[arg-type]
+            logit_scale=self.logit_scale,  # type: ignore[arg-type]
+            scale_length=scale_length,
             **entry.model_fields,
         )
 

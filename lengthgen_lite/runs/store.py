@@ -59,7 +59,13 @@ SUFFIX = ".json.gz"
 DAMAGED = ".damaged"  # appended to a damaged file's name when a sweep sets it aside
 # Config fields added after files were stored: left out of the key at their default
 # (which is what the older files trained with), so those files keep their names.
-LATER_FIELDS = {"attn_bias": False, "item_mlp": 0}
+LATER_FIELDS = {
+    "attn_bias": False,
+    "item_mlp": 0,
+    "positional": "none",
+    "logit_scale": "none",
+    "scale_length": None,
+}
 
 
 def _round(x: float) -> float:
