@@ -228,3 +228,11 @@ def test_the_intro_opens_with_the_findings_read_from_the_scorecard():
     assert sources in INTRO[findings : INTRO.index("## The two papers")]
     honest = INTRO[INTRO.index("## How the book is honest") :]
     assert "abstracts" in honest and "not from their\n  full texts" in honest
+
+
+@pytest.mark.parametrize("page", sorted((ROOT / "book").glob("*.md")), ids=str)
+def test_glue_from_another_page_has_a_format(page):
+    """myst-nb splits `path::key:format` at its last colon: without a format, the key
+    reads as the path and the build fails with "No key ... found"."""
+    bare = re.findall(r"\{glue:text\}`(/[^`]*::[\w-]+)`", page.read_text())
+    assert not bare, f"cross-page glue without a format (add :s, :d or :.3f): {bare}"
