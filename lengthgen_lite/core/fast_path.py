@@ -40,6 +40,7 @@ from torch import Tensor, nn
 from torch.nn import functional as F
 
 from .model import Attention, Block, ModelConfig, Transformer, check_tokens
+from .retrieval import RetrievalTransformer, linear_items
 from .tasks import (
     Batch,
     NoiseSampler,
@@ -146,15 +147,25 @@ def fast_forward(
 
 
 class FastForward(nn.Module):
-    """``model`` whose forward is :func:`fast_forward` (for ``functional_call``: its
-    parameters are the model's, under ``model.``)."""
+    """``model`` whose forward is :func:`fast_forward`, or with ``query_only`` the
+    retrieval model's ``query_forward`` (for ``functional_call``: its parameters are
+    the model's, under ``model.``)."""
 
-    def __init__(self, model: Transformer, tables: bool, broadcast: bool):
+    def __init__(
+        self,
+        model: Transformer,
+        tables: bool,
+        broadcast: bool = False,
+        query_only: bool = False,
+    ):
         super().__init__()
         self.model, self.tables, self.broadcast = model, tables, broadcast
+        self.query_only = query_only
 
-    def forward(self, tokens: Tensor) -> Tensor:
-        return fast_forward(self.model, tokens, self.tables, self.broadcast)
+    def forward(self, inputs: Tensor) -> Tensor:
+        if self.query_only:
+            return self.model.query_forward(inputs, self.tables)[0]
+        return fast_forward(self.model, inputs, self.tables, self.broadcast)
 
 
 @dataclass(frozen=True)
@@ -169,19 +180,26 @@ class PathPlan:
     # ... with the first layer's Q/K/V from v-row tables (no positions)
     token_tables: bool
     compiled: bool  # the step compiled with torch.compile
+    # the retrieval model's query_forward (W_Q at the query only; token_tables: keys
+    # and values from tables)
+    query_only: bool = False
+    # batches from the task's sample_fast_batches: the same distribution as the
+    # reference path's batches, other draws
+    own_draws: bool = False
 
     @property
     def label(self) -> str:
+        names = ("chunked_data", "fast_model", "query_only", "token_tables")
         parts = [
-            name
-            for name in ("chunked_data", "fast_model", "token_tables", "compiled")
-            if getattr(self, name)
+            name for name in names + ("own_draws", "compiled") if getattr(self, name)
         ]
         return " + ".join(parts) if parts else "reference"
 
     @property
     def forward_kwargs(self) -> dict[str, bool]:
         """:class:`FastForward`'s options; empty: the plain forward."""
+        if self.query_only:
+            return {"tables": self.token_tables, "query_only": True}
         if not self.fast_model:
             return {}
         return {"tables": self.token_tables, "broadcast": self.compiled}
@@ -199,9 +217,16 @@ def plan_path(
     if cfg.path == "reference":
         return PathPlan(False, False, False, False)
     chunked = isinstance(task, NoiseSampler) and len(task.train_sizes()) == 1
-    # a subclass may have its own forward (ch. 4's retrieval model)
+    # a subclass may have its own forward (ch. 4's retrieval model: query_only)
     fast_model = model_class is Transformer
     tables = fast_model and model_cfg.positional == "none"
+    query_only = model_class is RetrievalTransformer and model_cfg.queries == "last"
+    if query_only:
+        # tables pay when a step's slots outnumber the vocabulary's rows (argmax
+        # retrieval: 11 rows; dictionary lookup: 1035 rows, ~640 slots at batch 64)
+        sizes = task.train_sizes()
+        slots = cfg.batch * (sum(sizes) / len(sizes) + 1)
+        tables = linear_items(model_cfg) and model_cfg.vocab_size < slots
     fixed_shapes, dropout = (
         len(task.train_sizes()) == 1,
         model_cfg.attn_dropout > 0 or model_cfg.resid_dropout > 0,
@@ -218,7 +243,14 @@ def plan_path(
     pays = cfg.path == "compiled" or (
         cfg.path == "auto" and cfg.steps * n_seeds * positions >= COMPILE_TOKEN_STEPS
     )
-    return PathPlan(chunked, fast_model, tables, pays and fixed_shapes and not dropout)
+    return PathPlan(
+        chunked,
+        fast_model,
+        tables,
+        pays and fixed_shapes and not dropout and not query_only,
+        query_only,
+        hasattr(task, "sample_fast_batches"),
+    )
 
 
 def chunked_batches(

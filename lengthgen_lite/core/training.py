@@ -172,10 +172,17 @@ def _unstack(
 
 
 def _sample_batches(
-    task: Task, batch: int, size: int, generators: Sequence[torch.Generator]
+    task: Task,
+    batch: int,
+    size: int,
+    generators: Sequence[torch.Generator],
+    own_draws: bool = False,
 ) -> Batch:
     """One batch per seed, stacked [K, batch, ...]; vectorised when the task offers it
-    (same draws)."""
+    (same draws). ``own_draws``: the task's ``sample_fast_batches`` (the same
+    distribution, other draws; ``PathPlan.own_draws``)."""
+    if own_draws:
+        return task.sample_fast_batches(batch, size, generators)
     if hasattr(task, "sample_train_batches"):
         return task.sample_train_batches(batch, size, generators)
     batches = [task.sample_train_batch(batch, size, g) for g in generators]
@@ -188,14 +195,18 @@ def _sample_batches(
 
 
 def _reference_batches(
-    task: Task, cfg: TrainConfig, streams: Sequence[torch.Generator]
+    task: Task,
+    cfg: TrainConfig,
+    streams: Sequence[torch.Generator],
+    own_draws: bool = False,
 ) -> Iterator[Batch]:
-    """Each step's batch drawn when the step comes: [K, batch, ...]."""
+    """Each step's batch drawn when the step comes: [K, batch, ...] (``own_draws``: see
+    :func:`_sample_batches`)."""
     size_stream = make_generator(cfg.size_seed)
     sizes = list(task.train_sizes())
     for _ in range(cfg.steps):
         size = sizes[int(torch.randint(len(sizes), (1,), generator=size_stream))]
-        data = _sample_batches(task, cfg.batch, size, streams)
+        data = _sample_batches(task, cfg.batch, size, streams, own_draws)
         # each seed draws from its own stream, then one one-hot for all
         if cfg.targets == "sampled":
             tokens = torch.stack(
@@ -352,7 +363,7 @@ def train(
     batches = (
         chunked_batches(task, cfg, data_streams)
         if plan.chunked_data
-        else _reference_batches(task, cfg, data_streams)
+        else _reference_batches(task, cfg, data_streams, plan.own_draws)
     )
 
     # No elapsed time or rate in the bar: stored notebook outputs must not change
