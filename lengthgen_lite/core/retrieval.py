@@ -395,7 +395,9 @@ class RetrievalTransformer(Transformer):
         B, T = inputs.shape[:2]
         H, dh = attn.n_heads, attn.d_head
         if tables:
-            x = self.embed_items(inputs[:, -1:])  # [batch, 1, d_model]: the query
+            # [batch, 1, d_model]: the query (embedded as [batch, 3] rows, which vmap
+            # runs as one product per seed)
+            x = self.embed_items(inputs[:, -1])[:, None]
         else:
             x = self.with_positions(self.embed_items(inputs))
             keys_in = block.ln1(x) if block.sites.pre else x
@@ -405,9 +407,10 @@ class RetrievalTransformer(Transformer):
                 for W in (attn.W_K, attn.W_V)
             )
             x = x[:, -1:]  # the query slot's residual stream
-        # [batch, head, 1, d_head]
-        q = attn.W_Q(block.ln1(x) if block.sites.pre else x)
-        q = q.view(B, 1, H, dh).transpose(1, 2)
+        # [batch, head, 1, d_head]; W_Q on [batch, d_model] rows (a [batch, 1, d_model]
+        # slice of the slots made vmap multiply one weight copy per example)
+        q = attn.W_Q((block.ln1(x) if block.sites.pre else x).reshape(B, -1))
+        q = q.view(B, H, 1, dh)
         if tables:
             # [head, v + 2, d_head] each: the vocabulary's, NO_TOKEN's, w_priority's
             k_rows, v_rows = self._token_rows(attn)
@@ -424,7 +427,7 @@ class RetrievalTransformer(Transformer):
                 scores = scores + row_scores.gather(-1, index)
             scores = scores[:, :, None]  # [batch, head, 1, T]
         else:
-            scores = q @ k.transpose(-1, -2)  # [batch, head, 1, T]
+            scores = (q * k).sum(-1)[:, :, None]  # [batch, head, 1, T]
         scores = attn.mask_future(scores / math.sqrt(dh))
         pattern = attn.hook_pattern(attn.hook_attn_scores(scores).softmax(dim=-1))
         weights = attn.dropout(pattern)
@@ -440,7 +443,7 @@ class RetrievalTransformer(Transformer):
             if attn.W_V.bias is not None:
                 z = z + weights.sum(-1, keepdim=True) * attn.W_V.bias.view(H, 1, dh)
         else:
-            z = weights @ v
+            z = (weights[:, :, 0, :, None] * v).sum(-2)[:, :, None]
         # [batch, 1, head, d_head]
         z = attn.hook_z(z.transpose(1, 2))
         attn_out = attn.W_O(z.reshape(B, 1, H * dh))  # [batch, 1, d_model]
