@@ -231,13 +231,16 @@ def plan_path(
         len(task.train_sizes()) == 1,
         model_cfg.attn_dropout > 0 or model_cfg.resid_dropout > 0,
     )
-    if cfg.path == "compiled" and (dropout or not fixed_shapes):
+    if cfg.path == "compiled" and (dropout or not fixed_shapes or query_only):
         raise ValueError(
-            "path='compiled' needs one training size and no dropout "
-            "(compiled dropout draws other masks), "
+            "path='compiled' needs one training size, no dropout "
+            "(compiled dropout draws other masks) and the plain Transformer "
+            "(the retrieval model's step is not compiled), "
             f"got sizes {tuple(task.train_sizes())}, "
             f"attn_dropout={model_cfg.attn_dropout}, "
-            f"resid_dropout={model_cfg.resid_dropout}; use path='fast' or 'auto'"
+            f"resid_dropout={model_cfg.resid_dropout}, "
+            f"model {getattr(model_class, '__name__', model_class)}; "
+            "use path='fast' or 'auto'"
         )
     positions = cfg.batch * max(task.train_sizes())
     pays = cfg.path == "compiled" or (
