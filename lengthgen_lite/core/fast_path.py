@@ -28,6 +28,7 @@ and dropout masks (``tests/test_core_fast_path.py``).
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 import pathlib
@@ -40,7 +41,7 @@ from torch import Tensor, nn
 from torch.nn import functional as F
 
 from .model import Attention, Block, ModelConfig, Transformer, check_tokens
-from .retrieval import RetrievalTransformer, linear_items
+from .retrieval import NO_TOKEN, RetrievalTransformer, linear_items
 from .tasks import (
     Batch,
     NoiseSampler,
@@ -59,6 +60,10 @@ CHUNK = 50  # steps whose batches the fast path draws at once
 # position trained. `benchmarks/speed.py --fast-path` measures the break-even (1.5-3.1
 # million); a chapter's second training of the same shapes reuses the compiled step.
 COMPILE_TOKEN_STEPS = 2_000_000
+# ... and chapter 4's retrieval model from this many seed-steps (steps x K): compiling
+# its step costs about PENDING s in a fresh process and saves about PENDING ms per
+# seed-step (benchmarks/retrieval.py)
+COMPILE_RETRIEVAL_SEED_STEPS = 30_000
 INDUCTOR_CACHE = pathlib.Path(__file__).resolve().parents[2] / "_build" / "inductor"
 INDUCTOR_VARIABLE = "TORCHINDUCTOR_CACHE_DIR"
 
@@ -157,14 +162,15 @@ class FastForward(nn.Module):
         tables: bool,
         broadcast: bool = False,
         query_only: bool = False,
+        padded: bool = False,
     ):
         super().__init__()
         self.model, self.tables, self.broadcast = model, tables, broadcast
-        self.query_only = query_only
+        self.query_only, self.padded = query_only, padded
 
     def forward(self, inputs: Tensor) -> Tensor:
         if self.query_only:
-            return self.model.query_forward(inputs, self.tables)[0]
+            return self.model.query_forward(inputs, self.tables, self.padded)[0]
         return fast_forward(self.model, inputs, self.tables, self.broadcast)
 
 
@@ -199,7 +205,12 @@ class PathPlan:
     def forward_kwargs(self) -> dict[str, bool]:
         """:class:`FastForward`'s options; empty: the plain forward."""
         if self.query_only:
-            return {"tables": self.token_tables, "query_only": True}
+            # compiled: the sets padded to one shape (padded_items)
+            return {
+                "tables": self.token_tables,
+                "query_only": True,
+                "padded": self.compiled,
+            }
         if not self.fast_model:
             return {}
         return {"tables": self.token_tables, "broadcast": self.compiled}
@@ -227,33 +238,49 @@ def plan_path(
         sizes = task.train_sizes()
         slots = cfg.batch * (sum(sizes) / len(sizes) + 1)
         tables = linear_items(model_cfg) and model_cfg.vocab_size < slots
+    # the retrieval model's sets are padded to one shape (padded_items)
     fixed_shapes, dropout = (
-        len(task.train_sizes()) == 1,
+        len(task.train_sizes()) == 1 or query_only,
         model_cfg.attn_dropout > 0 or model_cfg.resid_dropout > 0,
     )
-    if cfg.path == "compiled" and (dropout or not fixed_shapes or query_only):
+    if cfg.path == "compiled" and (dropout or not fixed_shapes):
         raise ValueError(
-            "path='compiled' needs one training size, no dropout "
-            "(compiled dropout draws other masks) and the plain Transformer "
-            "(the retrieval model's step is not compiled), "
+            "path='compiled' needs one training size (or the retrieval model) and "
+            "no dropout (compiled dropout draws other masks), "
             f"got sizes {tuple(task.train_sizes())}, "
             f"attn_dropout={model_cfg.attn_dropout}, "
-            f"resid_dropout={model_cfg.resid_dropout}, "
-            f"model {getattr(model_class, '__name__', model_class)}; "
-            "use path='fast' or 'auto'"
+            f"resid_dropout={model_cfg.resid_dropout}; use path='fast' or 'auto'"
         )
-    positions = cfg.batch * max(task.train_sizes())
-    pays = cfg.path == "compiled" or (
-        cfg.path == "auto" and cfg.steps * n_seeds * positions >= COMPILE_TOKEN_STEPS
-    )
+    if query_only:
+        # its eager step is already cheap: compiling pays from more seed-steps
+        long = cfg.steps * n_seeds >= COMPILE_RETRIEVAL_SEED_STEPS
+    else:
+        positions = cfg.batch * max(task.train_sizes())
+        long = cfg.steps * n_seeds * positions >= COMPILE_TOKEN_STEPS
+    pays = cfg.path == "compiled" or (cfg.path == "auto" and long)
     return PathPlan(
         chunked,
         fast_model,
         tables,
-        pays and fixed_shapes and not dropout and not query_only,
+        pays and fixed_shapes and not dropout,
         query_only,
         hasattr(task, "sample_fast_batches"),
     )
+
+
+def padded_items(batches: Iterator[Batch], slots: int) -> Iterator[Batch]:
+    """Retrieval batches [K, batch, N + 1, 3] with empty slots (0, NO_TOKEN, NO_TOKEN)
+    inserted before the query, up to ``slots``: one shape for every set size, so one
+    compiled step (``query_forward(padded=True)`` masks them: the same numbers)."""
+    for data in batches:
+        inputs = data.inputs
+        empty = inputs.new_tensor([0.0, NO_TOKEN, NO_TOKEN])
+        pad = empty.expand(*inputs.shape[:2], slots - inputs.shape[2], 3)
+        yield Batch(
+            torch.cat([inputs[..., :-1, :], pad, inputs[..., -1:, :]], dim=-2),
+            data.targets,
+            data.loss_mask,
+        )
 
 
 def chunked_batches(
@@ -377,7 +404,9 @@ def compiled_step(
     decayed = {id(p) for g in groups if g["weight_decay"] > 0 for p in g["params"]}
     decays = tuple(id(p) in decayed for p in params.values())
     K = next(iter(params.values())).shape[0]
-    key = (model_cfg, type(template), tuple(forward_kwargs.items()), K, decays)
+    # the init scale changes the weights, not the graph
+    graph_cfg = dataclasses.replace(model_cfg, init="book")
+    key = (graph_cfg, type(template), tuple(forward_kwargs.items()), K, decays)
     key += (cfg.batch, size, beta1, beta2, eps)
     if key not in _COMPILED:
         gradients = traced_gradients()

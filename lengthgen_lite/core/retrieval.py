@@ -361,7 +361,7 @@ class RetrievalTransformer(Transformer):
         return x
 
     def query_forward(
-        self, inputs: Tensor, tables: bool = False
+        self, inputs: Tensor, tables: bool = False, padded: bool = False
     ) -> tuple[Tensor, Tensor, Tensor]:
         """``self(inputs)`` up to float rounding, in fewer FLOPs, with the first layer's
         readings at the query: (logits [batch, 1, n_outputs], the query's attention
@@ -374,9 +374,12 @@ class RetrievalTransformer(Transformer):
         p * w_priority + E[first] + E[second], so its keys and values are the same
         sum of projected rows: W_K and W_V project the v vocabulary rows and
         w_priority once, and each slot gathers two rows, instead of a projection per
-        slot. The first layer's hooks up to the pattern see what they see in the
-        plain forward (hook_embed only the query slot's vector with ``tables``);
-        ``hook_resid_pre`` and the keys' and values' inputs are not recorded.
+        slot. ``padded``: slots without a first token (NO_TOKEN; no task makes one)
+        are padding, which no query attends to: sets of several sizes padded to one
+        shape give each set's own numbers (the compiled training step). The first
+        layer's hooks up to the pattern see what they see in the plain forward
+        (hook_embed only the query slot's vector with ``tables``); ``hook_resid_pre``
+        and the keys' and values' inputs are not recorded.
         """
         _check_items(inputs)
         if self.cfg.queries != "last":
@@ -429,6 +432,9 @@ class RetrievalTransformer(Transformer):
         else:
             scores = (q * k).sum(-1)[:, :, None]  # [batch, head, 1, T]
         scores = attn.mask_future(scores / math.sqrt(dh))
+        if padded:
+            empty = inputs[:, None, None, :, 1] == NO_TOKEN  # [batch, 1, 1, T]
+            scores = scores.masked_fill(empty, float("-inf"))
         pattern = attn.hook_pattern(attn.hook_attn_scores(scores).softmax(dim=-1))
         weights = attn.dropout(pattern)
         if tables:

@@ -37,7 +37,13 @@ from torch import Tensor, nn
 from torch.func import functional_call, grad_and_value, stack_module_state, vmap
 from tqdm.auto import tqdm
 
-from .fast_path import FastForward, chunked_batches, compiled_step, plan_path
+from .fast_path import (
+    FastForward,
+    chunked_batches,
+    compiled_step,
+    padded_items,
+    plan_path,
+)
 from .model import ModelConfig, Transformer, init_model
 from .seeding import make_generator, seed_everything
 from .tasks import Batch, Task, one_hot_targets, sample_next_tokens
@@ -336,7 +342,8 @@ def train(
     )
     watchers = {name: make(params) for name, make in (averagers or {}).items()}
     if plan.compiled:
-        (size,) = task.train_sizes()
+        # one training size, or the retrieval model's sets padded to the largest
+        size = max(task.train_sizes())
         step_fn = compiled_step(
             template,
             model_cfg,
@@ -365,6 +372,8 @@ def train(
         if plan.chunked_data
         else _reference_batches(task, cfg, data_streams, plan.own_draws)
     )
+    if plan.compiled and plan.query_only:
+        batches = padded_items(batches, size + 1)
 
     # No elapsed time or rate in the bar: stored notebook outputs must not change
     # between runs.
