@@ -18,11 +18,12 @@ from lengthgen_lite.core.fast_path import (
     CHUNK,
     chunked_batches,
     fast_forward,
+    padded_items,
     plan_path,
 )
 from lengthgen_lite.core.games import TicTacToe
 from lengthgen_lite.core.languages import make_language
-from lengthgen_lite.core.model import PLACEMENTS, ModelConfig, Transformer
+from lengthgen_lite.core.model import PLACEMENTS, ModelConfig, Transformer, init_model
 from lengthgen_lite.core.retrieval import (
     ArgmaxRetrieval,
     DictionaryLookup,
@@ -352,6 +353,74 @@ def test_the_retrieval_model_trains_alike_on_every_path(options, label):
     ]
     np.testing.assert_allclose(losses[1], losses[0], rtol=1e-5, atol=0)
     assert np.isfinite(losses[0]).all()
+
+
+@pytest.mark.parametrize("tables", [False, True])
+def test_padded_sets_give_each_sets_own_numbers(tables):
+    # the compiled step's batches: every set size padded to one shape
+    task = DictionaryLookup(n_keys=32, n_values=4, max_train_size=8)
+    model = init_model(
+        retrieval_config(task, "layernorm", d_model=16, n_heads=2, d_mlp=16),
+        0,
+        RetrievalTransformer,
+    ).eval()
+    data = task.sample_train_batches(6, 3, [make_generator(0)])
+    (padded,) = padded_items(iter([data]), 9)
+    assert padded.inputs.shape == (1, 6, 9, 3)
+    assert torch.equal(padded.inputs[:, :, :3], data.inputs[:, :, :3])
+    assert torch.equal(padded.inputs[:, :, -1], data.inputs[:, :, -1])
+    with torch.no_grad():
+        plain = model.query_forward(data.inputs[0], tables)
+        out = model.query_forward(padded.inputs[0], tables, padded=True)
+    torch.testing.assert_close(out[0], plain[0])
+    torch.testing.assert_close(out[1][..., :3], plain[1][..., :3])
+    assert (out[1][..., 3:-1] == 0).all()  # no attention to padding
+
+
+@pytest.mark.filterwarnings(
+    "ignore:`torch.jit.script_method` is deprecated:DeprecationWarning"
+)
+@pytest.mark.filterwarnings(
+    "ignore:The .grad attribute of a Tensor that is not a leaf Tensor:UserWarning"
+)
+def test_the_compiled_retrieval_step_trains_what_the_reference_path_trains(
+    monkeypatch,
+):
+    # traced as one graph (fullgraph) and run through aot_eager: inductor's code
+    # generation, most of a compilation's 20-50 s, is torch's and tested above
+    monkeypatch.setattr(
+        fast_path,
+        "compile_graph",
+        lambda fn: torch.compile(fn, backend="aot_eager", fullgraph=True),
+    )
+    monkeypatch.setattr(fast_path, "_COMPILED", {})  # nor kept for later trainings
+    task = ArgmaxRetrieval(n_classes=4, max_train_size=5)
+    model_cfg = retrieval_config(task, "layernorm", d_model=16, n_heads=2, d_mlp=16)
+    cfg = TrainConfig(steps=6, warmup=2, batch=8, lr=1e-2)
+    assert plan_path(
+        model_cfg, task, replace(cfg, path="compiled"), 2, RetrievalTransformer
+    ).label == ("query_only + token_tables + compiled")
+    losses = [
+        train(
+            model_cfg,
+            task,
+            replace(cfg, path=path),
+            seeds=[0, 1],
+            model_class=RetrievalTransformer,
+            progress=False,
+        ).loss
+        for path in ("reference", "compiled")
+    ]
+    np.testing.assert_allclose(losses[1], losses[0], rtol=1e-5, atol=0)
+
+
+def test_auto_compiles_the_retrieval_step_only_for_long_trainings():
+    task = ArgmaxRetrieval()
+    model_cfg = retrieval_config(task, "layernorm")
+    live = TrainConfig(steps=1000, warmup=100, batch=64)  # chapter 4's notebook
+    sweep = replace(live, steps=6000)  # the reference tier
+    assert not plan_path(model_cfg, task, live, 3, RetrievalTransformer).compiled
+    assert plan_path(model_cfg, task, sweep, 10, RetrievalTransformer).compiled
 
 
 def perturbed(scale: float, seed: int):
