@@ -22,8 +22,29 @@ explains the batching it builds on.
   inductor's cache at ``_build/inductor`` (``TORCHINDUCTOR_CACHE_DIR``, unless the user
   set another), so re-executions of the book compile once.
 
+Chapter 4's retrieval model (``core.retrieval.RetrievalTransformer``, only the query
+attends) has its own forward, so it gets its own parts:
+
+- **query only** (``RetrievalTransformer.query_forward``): W_Q at the query slot
+  alone, and the query's tiny attention products as broadcast sums;
+- **token tables** (``query_forward`` with ``tables``, where the slot vectors are
+  linear in the items: no item MLP): the query's score of every vocabulary row and
+  the values those rows carry, gathered per slot, where a step's slots outnumber the
+  vocabulary's rows (argmax retrieval, 11 rows; not dictionary lookup's 1035 at
+  batch 64, which measured 2.5x slower);
+- **own draws** (tasks with ``sample_fast_batches``: dictionary lookup): the batches
+  from the same distribution with other draws (its N distinct keys by rejection
+  instead of a sort of all 1024);
+- **compiled**: the sets of every size padded to the largest (:func:`padded_items`,
+  masked), so one graph; ``auto`` compiles from ``COMPILE_RETRIEVAL_SEED_STEPS``.
+
 Every part gives the reference path's numbers up to float rounding, and the same data
-and dropout masks (``tests/test_core_fast_path.py``).
+and dropout masks (``tests/test_core_fast_path.py``), except own draws: other data
+from the same distribution (``tests/test_core_retrieval.py``). The retrieval training
+amplifies rounding (a 1e-7 change of the initial weights grows to percents over
+thousands of steps), so its fast path is tested on outcome statistics: final losses
+and accuracies within the spread that such a perturbation of the reference path
+produces, measured in the test.
 """
 
 from __future__ import annotations
@@ -61,9 +82,13 @@ CHUNK = 50  # steps whose batches the fast path draws at once
 # million); a chapter's second training of the same shapes reuses the compiled step.
 COMPILE_TOKEN_STEPS = 2_000_000
 # ... and chapter 4's retrieval model from this many seed-steps (steps x K): compiling
-# its step costs about PENDING s in a fresh process and saves about PENDING ms per
-# seed-step (benchmarks/retrieval.py)
-COMPILE_RETRIEVAL_SEED_STEPS = 30_000
+# its step cost 13-24 s in a fresh process with a warm inductor cache and 57-81 s with
+# a cold one (a loaded 2-core machine), and saves about 0.5 ms per seed-step against
+# the eager fast path (`benchmarks/retrieval.py --compiled`): a break-even of 26,000
+# to 160,000 seed-steps. The reference sweep (60,000 per configuration) compiles,
+# and its graph serves the configuration's four init x lr cells; a notebook's 3,000
+# do not.
+COMPILE_RETRIEVAL_SEED_STEPS = 50_000
 INDUCTOR_CACHE = pathlib.Path(__file__).resolve().parents[2] / "_build" / "inductor"
 INDUCTOR_VARIABLE = "TORCHINDUCTOR_CACHE_DIR"
 

@@ -13,7 +13,10 @@ The model is :class:`~lengthgen_lite.core.model.Transformer` with an input layer
 packed items; it keeps the blocks, norm placements and hook names.
 :func:`evaluate_retrieval` scores a trained model at every set size N (accuracy,
 attention, the paper's distribution-shift statistics of the attention output);
-:func:`evaluate_sizes` is the tasks' evaluation in ``core.task_registry``.
+:func:`evaluate_sizes` is the tasks' evaluation in ``core.task_registry``: the same
+numbers up to float rounding, for all of a configuration's models in one stacked
+forward of :meth:`RetrievalTransformer.query_forward` (the query's projection only,
+token tables), which training's fast path uses too (``core.fast_path``).
 """
 
 from __future__ import annotations
