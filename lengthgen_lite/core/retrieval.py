@@ -374,12 +374,15 @@ class RetrievalTransformer(Transformer):
 
         W_Q projects the query slot only (the plain forward projects every slot and
         keeps one row). ``tables`` (needs :func:`linear_items`): a slot's vector is
-        p * w_priority + E[first] + E[second], so its keys and values are the same
-        sum of projected rows: W_K and W_V project the v vocabulary rows and
-        w_priority once, and each slot gathers two rows, instead of a projection per
-        slot. ``padded``: slots without a first token (NO_TOKEN; no task makes one)
-        are padding, which no query attends to: sets of several sizes padded to one
-        shape give each set's own numbers (the compiled training step). The first
+        p * w_priority + E[first] + E[second], so its key and value are the same sum
+        of projected rows. W_K and W_V project the v vocabulary rows and w_priority
+        once; the query scores those v + 1 keys, each slot adds up its two rows'
+        scores (scalars, not vectors), and the attention output mixes the value rows
+        by the attention each row gets. No projection per slot: at N = 1024 the
+        evaluation runs about 20x faster. ``padded``: slots without a first token
+        (NO_TOKEN; no task makes one) are padding, which no query attends to: sets of
+        several sizes padded to one shape give each set's own numbers (the compiled
+        training step). The first
         layer's hooks up to the pattern see what they see in the plain forward
         (hook_embed only the query slot's vector with ``tables``); ``hook_resid_pre``
         and the keys' and values' inputs are not recorded.
