@@ -19,9 +19,12 @@ and never change the trajectory.
 
 Two paths run the same loop (``TrainConfig.path``). The *reference* path draws each
 step's batch in Python and runs the plain model's step eagerly. The *fast* path
-(:mod:`lengthgen_lite.core.fast_path`: chunked data, token tables, the compiled step;
+(:mod:`lengthgen_lite.core.fast_path`: chunked data, token tables, the compiled step,
+chapter 4's query-only retrieval forward;
 :func:`~lengthgen_lite.core.fast_path.plan_path` says which parts apply) gives the same
-losses up to float rounding (``tests/test_core_fast_path.py``).
+losses up to float rounding
+(``tests/test_core_fast_path.py``), except where a task draws its batches its own way
+(dictionary lookup: the same distribution, other draws).
 """
 
 from __future__ import annotations
