@@ -24,6 +24,13 @@ by the tests).
    chapter's main training, with the compile cost and the arithmetic limit
    (`fast_path.py`). Only this section, merged into the existing results file: `python
    benchmarks/speed.py --fast-path` (about fifteen minutes).
+6. Chapter 4's retrieval trainings before and after issue 36 (`retrieval.py`): CPU ms
+   per seed-step of every configuration of its reference sweep that costs differently,
+   on the reference path and on each part of the retrieval fast path (query-only
+   projection, token tables, compiled) and ``auto``'s choice, with the compile cost in
+   a fresh process (cold and warm inductor cache), and the evaluation's seconds before
+   (a forward per model) and after (one stacked forward). Only this section, merged:
+   `python benchmarks/speed.py --retrieval` (about half an hour).
 
 The results file is what the appendix's speed page (`book/speed.ipynb`) plots;
 re-execute that page after a new measurement (`make bench` does both). Timings depend on
@@ -47,6 +54,7 @@ import nbformat
 from batched_training import cpu_time, op_seconds_per_step
 from fast_path import fast_path
 from nbclient import NotebookClient
+from retrieval import retrieval
 
 from lengthgen_lite import (
     ModelConfig,
@@ -253,6 +261,22 @@ def measure_fast_path(steps: int, repeats: int) -> dict[str, object]:
     }
 
 
+def measure_retrieval(steps: int, repeats: int) -> dict[str, object]:
+    """Section 6, with the machine's load around it."""
+    load_before = os.getloadavg()
+    result = retrieval(steps, repeats, n_test=100, eval_repeats=1, compiled=True)
+    print(
+        f"retrieval, mean over configurations: reference "
+        f"{result['mean_reference_ms']} ms, auto {result['mean_auto_ms']} ms per "
+        "seed-step"
+    )
+    return {
+        **result,
+        "load_before": [round(x, 2) for x in load_before],
+        "load_after": [round(x, 2) for x in os.getloadavg()],
+    }
+
+
 def cpu_model() -> str | None:
     """The CPU's model name (/proc/cpuinfo, else lscpu), or None: the book then says it
     was not recorded."""
@@ -308,7 +332,26 @@ def main() -> None:
         default=1000,
         help="training steps per fast-path measurement",
     )
+    parser.add_argument(
+        "--retrieval",
+        action="store_true",
+        help="measure only section 6 and merge it into --out",
+    )
+    parser.add_argument(
+        "--retrieval-steps",
+        type=int,
+        default=200,
+        help="training steps per retrieval measurement",
+    )
     args = parser.parse_args()
+    if args.retrieval:
+        result = json.loads(args.out.read_text())
+        result["retrieval"] = measure_retrieval(
+            args.retrieval_steps, args.fast_path_repeats
+        )
+        args.out.write_text(json.dumps(result, indent=1) + "\n")
+        print(f"wrote {args.out}")
+        return
     if args.fast_path:
         result = json.loads(args.out.read_text())
         result["fast_path"] = measure_fast_path(
@@ -359,6 +402,7 @@ def main() -> None:
         "batching_steps": args.steps,
         "matmul_bound": bound,
         "fast_path": measure_fast_path(args.fast_path_steps, args.fast_path_repeats),
+        "retrieval": measure_retrieval(args.retrieval_steps, args.fast_path_repeats),
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=1) + "\n")

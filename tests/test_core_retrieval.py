@@ -1,16 +1,21 @@
 """Chapter 4's retrieval tasks and model (core/retrieval.py)."""
 
+import numpy as np
 import pytest
 import torch
 
 from lengthgen_lite.core.hooks import hook_names, run_with_cache
-from lengthgen_lite.core.model import ModelConfig, init_model
+from lengthgen_lite.core.model import ModelConfig, attention_logit_factor, init_model
 from lengthgen_lite.core.retrieval import (
     NO_TOKEN,
     RETRIEVAL_COLUMNS,
+    TABLE_FIELDS,
     ArgmaxRetrieval,
     DictionaryLookup,
     RetrievalTransformer,
+    evaluate_retrieval,
+    evaluate_sizes,
+    linear_items,
     retrieval_config,
 )
 from lengthgen_lite.core.seeding import make_generator, seed_everything
@@ -321,3 +326,145 @@ def test_attention_biases_draw_after_the_retrieval_models_own_weights():
     for name, weight in plain.state_dict().items():
         torch.testing.assert_close(biased.state_dict()[name], weight)
     assert biased.blocks[0].attn.W_O.bias.abs().min() > 0
+
+
+@pytest.mark.parametrize(
+    "task, variant, options",
+    [
+        (ARGMAX, "layernorm", {}),
+        (DICT, "baseline", {"attn_bias": True, "init": "torch"}),
+        (ARGMAX, "standardize", {"item_mlp": 8}),
+        (DICT, "layernorm", {"n_layers": 2}),
+        (ARGMAX, "baseline", {"norm": "pre"}),
+        # chapter 8's length scalings: n is every slot the query sees
+        (ARGMAX, "layernorm", {"logit_scale": "ssmax", "scale_length": 16}),
+        (DICT, "baseline", {"logit_scale": "logn", "scale_length": 16}),
+    ],
+)
+def test_query_forward_is_the_forward_with_its_readings(task, variant, options):
+    model = init_model(
+        retrieval_config(task, variant, d_model=16, n_heads=2, d_mlp=32, **options),
+        0,
+        RetrievalTransformer,
+    ).eval()
+    inputs = task.sample_train_batch(16, 5, make_generator(0)).inputs
+    logits, cache = run_with_cache(
+        model, inputs, names=["blocks.0.attn.hook_pattern", ATTN_OUT]
+    )
+    for tables in (False, True) if linear_items(model.cfg) else (False,):
+        with torch.no_grad():
+            out, pattern, attn_out = model.query_forward(inputs, tables)
+        # without tables the same products (the query's by broadcast sums); tables
+        # sum the slots' projections in another order
+        torch.testing.assert_close(out, logits, rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(
+            pattern, cache["blocks.0.attn.hook_pattern"][:, :, -1]
+        )
+        torch.testing.assert_close(attn_out, cache[ATTN_OUT][:, -1])
+
+
+def test_query_forward_rejects_what_it_cannot_compute():
+    inputs = ARGMAX.sample_train_batch(2, 3, make_generator(0)).inputs
+    mlp = RetrievalTransformer(
+        retrieval_config(ARGMAX, "baseline", d_model=16, n_heads=2, item_mlp=8)
+    )
+    with pytest.raises(ValueError, match="tables need slot vectors linear"):
+        mlp.query_forward(inputs, tables=True)
+    every = RetrievalTransformer(
+        retrieval_config(ARGMAX, "baseline", d_model=16, queries="all")
+    )
+    with pytest.raises(ValueError, match="query_forward needs queries='last'"):
+        every.query_forward(inputs)
+    rope = RetrievalTransformer(
+        retrieval_config(ARGMAX, "baseline", d_model=16, positional="rope")
+    )
+    with pytest.raises(ValueError, match="query_forward has no positions"):
+        rope.query_forward(inputs)
+    logn = RetrievalTransformer(
+        retrieval_config(ARGMAX, "baseline", logit_scale="logn", scale_length=16)
+    )
+    with pytest.raises(ValueError, match="padded sets change n"):
+        logn.query_forward(inputs, padded=True)
+
+
+def test_query_forward_applies_the_test_time_logit_factor():
+    model = init_model(
+        retrieval_config(ARGMAX, "layernorm", d_model=16, n_heads=2),
+        0,
+        RetrievalTransformer,
+    ).eval()
+    inputs = ARGMAX.sample_train_batch(16, 5, make_generator(0)).inputs
+    with torch.no_grad(), attention_logit_factor(model, 2.5):
+        logits, cache = run_with_cache(
+            model, inputs, names=["blocks.0.attn.hook_pattern"]
+        )
+        out, pattern, _ = model.query_forward(inputs, tables=True)
+    torch.testing.assert_close(out, logits, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(pattern, cache["blocks.0.attn.hook_pattern"][:, :, -1])
+
+
+@pytest.mark.parametrize(
+    "task, variant, options",
+    [
+        (ARGMAX, "layernorm", {}),
+        (ARGMAX, "standardize", {"item_mlp": 8}),
+        (DICT, "baseline", {"attn_bias": True, "init": "torch"}),
+    ],
+)
+def test_evaluate_sizes_is_evaluate_retrieval_of_each_model(task, variant, options):
+    cfg = retrieval_config(task, variant, d_model=16, n_heads=2, d_mlp=32, **options)
+    models = [init_model(cfg, s, RetrievalTransformer).eval() for s in range(3)]
+    sizes = [4, 16, 32]
+    curves = evaluate_sizes(models, task, sizes, n_samples=60, seed=1)
+    tables = [evaluate_retrieval(m, task, sizes, n_samples=60, seed=1) for m in models]
+    for name in TABLE_FIELDS:
+        values = [getattr(t, name) for t in tables]
+        if name.removeprefix("normed_") == "feature_var":
+            got = np.stack([curves[f"{name}_{j}"] for j in range(3)], -1)
+        else:
+            got = curves[name]
+        if values[0] is None:  # no norm
+            assert np.isnan(got).all(), name
+        else:
+            # absolutely too: the norm's output has mean 0 up to rounding
+            np.testing.assert_allclose(
+                got, np.stack(values), rtol=1e-4, atol=1e-6, err_msg=name
+            )
+
+
+def test_evaluate_sizes_needs_one_configurations_retrieval_models():
+    models = [
+        RetrievalTransformer(small(ARGMAX, variant))
+        for variant in ("baseline", "layernorm")
+    ]
+    with pytest.raises(ValueError, match="RetrievalTransformers of one ModelConfig"):
+        evaluate_sizes(models, ARGMAX, [4], n_samples=5, seed=0)
+
+
+def test_fast_draws_are_distinct_keys_from_the_same_distribution():
+    size, batch = 5, 4000  # 5 * 4 <= 32 keys: rejection
+    fast = DICT.sample_fast_batches(batch, size, [make_generator(0)])
+    plain = DICT.sample_train_batches(batch, size, [make_generator(0)])
+    for data in (fast, plain):
+        inputs = data.inputs[0]
+        keys = inputs[:, :-1, 1].long()  # [batch, N]
+        assert (keys.sort(-1).values.diff(dim=-1) > 0).all()  # distinct
+        # the answer is the queried key's value, the query row as the format says
+        target = DICT.target_item(inputs)
+        value = inputs[torch.arange(batch), target, 2].long() - DICT.n_keys
+        assert torch.equal(value, data.targets[0, :, 0].argmax(-1))
+        assert (inputs[:, -1, 1] == DICT.n_keys + DICT.n_values).all()
+        # every key equally likely at every slot, every slot equally likely queried
+        counts = torch.bincount(keys.flatten(), minlength=DICT.n_keys).double()
+        expected = batch * size / DICT.n_keys
+        chi2 = float(((counts - expected) ** 2 / expected).sum())
+        assert chi2 < 70, chi2  # 31 degrees of freedom: p < 1e-4
+        slots = torch.bincount(target, minlength=size).double()
+        assert (slots - batch / size).abs().max() < 5 * (batch / size) ** 0.5
+    assert not torch.equal(fast.inputs, plain.inputs)  # other draws
+    # where rejection would redraw most rows (7 * 6 > 32), the plain draws
+    big = [DICT.sample_fast_batches, DICT.sample_train_batches]
+    a, b = (draw(8, 7, [make_generator(1)]) for draw in big)
+    assert torch.equal(a.inputs, b.inputs)
+    with pytest.raises(ValueError, match="size N must be an int in 1..n_keys=32"):
+        DICT.sample_fast_batches(8, 33, [make_generator(1)])

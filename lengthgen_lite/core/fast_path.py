@@ -22,12 +22,34 @@ explains the batching it builds on.
   inductor's cache at ``_build/inductor`` (``TORCHINDUCTOR_CACHE_DIR``, unless the user
   set another), so re-executions of the book compile once.
 
+Chapter 4's retrieval model (``core.retrieval.RetrievalTransformer``, only the query
+attends) has its own forward, so it gets its own parts:
+
+- **query only** (``RetrievalTransformer.query_forward``): W_Q at the query slot
+  alone, and the query's tiny attention products as broadcast sums;
+- **token tables** (``query_forward`` with ``tables``, where the slot vectors are
+  linear in the items: no item MLP): the query's score of every vocabulary row and
+  the values those rows carry, gathered per slot, where a step's slots outnumber the
+  vocabulary's rows (argmax retrieval, 11 rows; not dictionary lookup's 1035 at
+  batch 64, which measured 2.5x slower);
+- **own draws** (tasks with ``sample_fast_batches``: dictionary lookup): the batches
+  from the same distribution with other draws (its N distinct keys by rejection
+  instead of a sort of all 1024);
+- **compiled**: the sets of every size padded to the largest (:func:`padded_items`,
+  masked), so one graph; ``auto`` compiles from ``COMPILE_RETRIEVAL_SEED_STEPS``.
+
 Every part gives the reference path's numbers up to float rounding, and the same data
-and dropout masks (``tests/test_core_fast_path.py``).
+and dropout masks (``tests/test_core_fast_path.py``), except own draws: other data
+from the same distribution (``tests/test_core_retrieval.py``). The retrieval training
+amplifies rounding (a 1e-7 change of the initial weights grows to percents over
+thousands of steps), so its fast path is tested on outcome statistics: final losses
+and accuracies within the spread that such a perturbation of the reference path
+produces, measured in the test.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import pathlib
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -39,6 +61,7 @@ from torch import Tensor, nn
 from torch.nn import functional as F
 
 from .model import Attention, Block, ModelConfig, Transformer, check_tokens
+from .retrieval import NO_TOKEN, RetrievalTransformer, linear_items
 from .tasks import (
     Batch,
     NoiseSampler,
@@ -57,6 +80,14 @@ CHUNK = 50  # steps whose batches the fast path draws at once
 # position trained. `benchmarks/speed.py --fast-path` measures the break-even (1.5-3.1
 # million); a chapter's second training of the same shapes reuses the compiled step.
 COMPILE_TOKEN_STEPS = 2_000_000
+# ... and chapter 4's retrieval model from this many seed-steps (steps x K): compiling
+# its step cost 13-24 s in a fresh process with a warm inductor cache and 57-81 s with
+# a cold one (a loaded 2-core machine), and saves about 0.5 ms per seed-step against
+# the eager fast path (`benchmarks/retrieval.py --compiled`): a break-even of 26,000
+# to 160,000 seed-steps. The reference sweep (60,000 per configuration) compiles,
+# and its graph serves the configuration's four init x lr cells; a notebook's 3,000
+# do not.
+COMPILE_RETRIEVAL_SEED_STEPS = 50_000
 INDUCTOR_CACHE = pathlib.Path(__file__).resolve().parents[2] / "_build" / "inductor"
 INDUCTOR_VARIABLE = "TORCHINDUCTOR_CACHE_DIR"
 
@@ -147,15 +178,26 @@ def fast_forward(
 
 
 class FastForward(nn.Module):
-    """``model`` whose forward is :func:`fast_forward` (for ``functional_call``: its
-    parameters are the model's, under ``model.``)."""
+    """``model`` whose forward is :func:`fast_forward`, or with ``query_only`` the
+    retrieval model's ``query_forward`` (for ``functional_call``: its parameters are
+    the model's, under ``model.``)."""
 
-    def __init__(self, model: Transformer, tables: bool, broadcast: bool):
+    def __init__(
+        self,
+        model: Transformer,
+        tables: bool,
+        broadcast: bool = False,
+        query_only: bool = False,
+        padded: bool = False,
+    ):
         super().__init__()
         self.model, self.tables, self.broadcast = model, tables, broadcast
+        self.query_only, self.padded = query_only, padded
 
-    def forward(self, tokens: Tensor) -> Tensor:
-        return fast_forward(self.model, tokens, self.tables, self.broadcast)
+    def forward(self, inputs: Tensor) -> Tensor:
+        if self.query_only:
+            return self.model.query_forward(inputs, self.tables, self.padded)[0]
+        return fast_forward(self.model, inputs, self.tables, self.broadcast)
 
 
 @dataclass(frozen=True)
@@ -170,19 +212,31 @@ class PathPlan:
     # ... with the first layer's Q/K/V from v-row tables (no positions)
     token_tables: bool
     compiled: bool  # the step compiled with torch.compile
+    # the retrieval model's query_forward (W_Q at the query only; token_tables: keys
+    # and values from tables)
+    query_only: bool = False
+    # batches from the task's sample_fast_batches: the same distribution as the
+    # reference path's batches, other draws
+    own_draws: bool = False
 
     @property
     def label(self) -> str:
+        names = ("chunked_data", "fast_model", "query_only", "token_tables")
         parts = [
-            name
-            for name in ("chunked_data", "fast_model", "token_tables", "compiled")
-            if getattr(self, name)
+            name for name in names + ("own_draws", "compiled") if getattr(self, name)
         ]
         return " + ".join(parts) if parts else "reference"
 
     @property
     def forward_kwargs(self) -> dict[str, bool]:
         """:class:`FastForward`'s options; empty: the plain forward."""
+        if self.query_only:
+            # compiled: the sets padded to one shape (padded_items)
+            return {
+                "tables": self.token_tables,
+                "query_only": True,
+                "padded": self.compiled,
+            }
         if not self.fast_model:
             return {}
         return {"tables": self.token_tables, "broadcast": self.compiled}
@@ -200,27 +254,67 @@ def plan_path(
     if cfg.path == "reference":
         return PathPlan(False, False, False, False)
     chunked = isinstance(task, NoiseSampler) and len(task.train_sizes()) == 1
-    # a subclass may have its own forward (ch. 4's retrieval model)
+    # a subclass may have its own forward (ch. 4's retrieval model: query_only)
     fast_model = model_class is Transformer
     # RoPE turns q and k after the tables' gather: positions stay out of the stream
     tables = fast_model and model_cfg.positional != "learned"
+    # the retrieval model's sets have no order: its query-only forward has no RoPE
+    query_only = (
+        model_class is RetrievalTransformer
+        and model_cfg.queries == "last"
+        and model_cfg.positional != "rope"
+    )
+    if query_only:
+        # tables pay when a step's slots outnumber the vocabulary's rows (argmax
+        # retrieval: 11 rows; dictionary lookup: 1035 rows, ~640 slots at batch 64)
+        sizes = task.train_sizes()
+        slots = cfg.batch * (sum(sizes) / len(sizes) + 1)
+        tables = linear_items(model_cfg) and model_cfg.vocab_size < slots
+    # the retrieval model's sets are padded to one shape (padded_items), unless its
+    # logits scale with the number of keys a query sees, which padding would change
+    padded = query_only and model_cfg.logit_scale == "none"
     fixed_shapes, dropout = (
-        len(task.train_sizes()) == 1,
+        len(task.train_sizes()) == 1 or padded,
         model_cfg.attn_dropout > 0 or model_cfg.resid_dropout > 0,
     )
     if cfg.path == "compiled" and (dropout or not fixed_shapes):
         raise ValueError(
-            "path='compiled' needs one training size and no dropout "
-            "(compiled dropout draws other masks), "
+            "path='compiled' needs one training size (or the retrieval model) and "
+            "no dropout (compiled dropout draws other masks), "
             f"got sizes {tuple(task.train_sizes())}, "
             f"attn_dropout={model_cfg.attn_dropout}, "
             f"resid_dropout={model_cfg.resid_dropout}; use path='fast' or 'auto'"
         )
-    positions = cfg.batch * max(task.train_sizes())
-    pays = cfg.path == "compiled" or (
-        cfg.path == "auto" and cfg.steps * n_seeds * positions >= COMPILE_TOKEN_STEPS
+    if query_only:
+        # its eager step is already cheap: compiling pays from more seed-steps
+        long = cfg.steps * n_seeds >= COMPILE_RETRIEVAL_SEED_STEPS
+    else:
+        positions = cfg.batch * max(task.train_sizes())
+        long = cfg.steps * n_seeds * positions >= COMPILE_TOKEN_STEPS
+    pays = cfg.path == "compiled" or (cfg.path == "auto" and long)
+    return PathPlan(
+        chunked,
+        fast_model,
+        tables,
+        pays and fixed_shapes and not dropout,
+        query_only,
+        hasattr(task, "sample_fast_batches"),
     )
-    return PathPlan(chunked, fast_model, tables, pays and fixed_shapes and not dropout)
+
+
+def padded_items(batches: Iterator[Batch], slots: int) -> Iterator[Batch]:
+    """Retrieval batches [K, batch, N + 1, 3] with empty slots (0, NO_TOKEN, NO_TOKEN)
+    inserted before the query, up to ``slots``: one shape for every set size, so one
+    compiled step (``query_forward(padded=True)`` masks them: the same numbers)."""
+    for data in batches:
+        inputs = data.inputs
+        empty = inputs.new_tensor([0.0, NO_TOKEN, NO_TOKEN])
+        pad = empty.expand(*inputs.shape[:2], slots - inputs.shape[2], 3)
+        yield Batch(
+            torch.cat([inputs[..., :-1, :], pad, inputs[..., -1:, :]], dim=-2),
+            data.targets,
+            data.loss_mask,
+        )
 
 
 def chunked_batches(
@@ -344,7 +438,9 @@ def compiled_step(
     decayed = {id(p) for g in groups if g["weight_decay"] > 0 for p in g["params"]}
     decays = tuple(id(p) in decayed for p in params.values())
     K = next(iter(params.values())).shape[0]
-    key = (model_cfg, type(template), tuple(forward_kwargs.items()), K, decays)
+    # the init scale changes the weights, not the graph
+    graph_cfg = dataclasses.replace(model_cfg, init="book")
+    key = (graph_cfg, type(template), tuple(forward_kwargs.items()), K, decays)
     key += (cfg.batch, size, beta1, beta2, eps)
     if key not in _COMPILED:
         gradients = traced_gradients()

@@ -13,11 +13,15 @@ The model is :class:`~lengthgen_lite.core.model.Transformer` with an input layer
 packed items; it keeps the blocks, norm placements and hook names.
 :func:`evaluate_retrieval` scores a trained model at every set size N (accuracy,
 attention, the paper's distribution-shift statistics of the attention output);
-:func:`evaluate_sizes` is the tasks' evaluation in ``core.task_registry``.
+:func:`evaluate_sizes` is the tasks' evaluation in ``core.task_registry``: the same
+numbers up to float rounding, for all of a configuration's models in one stacked
+forward of :meth:`RetrievalTransformer.query_forward` (the query's projection only,
+token tables), which training's fast path uses too (``core.fast_path``).
 """
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -26,11 +30,13 @@ from typing import Literal, Protocol
 import numpy as np
 import torch
 from torch import Tensor, nn
+from torch.func import functional_call, stack_module_state, vmap
+from torch.nn import functional as F
 
 from . import metrics
 from .evaluation import ATTN_OUT, PATTERN
 from .hooks import HookFn, HookPoint, hook_names, run_with_cache
-from .model import MLP, ModelConfig, Transformer
+from .model import MLP, Attention, ModelConfig, Transformer
 from .seeding import make_generator
 from .tasks import Batch, PerSeedSampler
 from .validation import is_int, require_int, require_ints
@@ -219,6 +225,42 @@ class DictionaryLookup(_SetRetrieval):
         noise = torch.stack(
             [torch.rand(batch, self.n_keys, generator=g) for g in generators]
         )
+        # [K, batch, N]: a uniformly random subset, random order
+        return self._from_keys(noise.topk(size, dim=-1).indices, generators)
+
+    def sample_fast_batches(
+        self, batch: int, size: int, generators: Sequence[torch.Generator]
+    ) -> Batch:
+        """Batches from the distribution of :meth:`sample_train_batches`, with other
+        draws: training's fast path (``core.fast_path``).
+
+        The N distinct keys are N uniform draws from ``n_keys``, a row drawn again
+        while it repeats a key (rejection: uniform over ordered distinct keys; at N =
+        16 of 1024 keys about one row in nine is redrawn), instead of ``n_keys``
+        uniforms and a sort per example (1024 of them for sets of at most 16, most
+        of a training step's draws). Sizes with N(N - 1) > n_keys, where rejection
+        would redraw most rows, draw as :meth:`sample_train_batches` does.
+        """
+        self.check_draw(batch, size, generators)
+        if size * (size - 1) > self.n_keys:
+            return self.sample_train_batches(batch, size, generators)
+        keys = []
+        for g in generators:
+            drawn = torch.randint(self.n_keys, (batch, size), generator=g)
+            while True:
+                ordered = drawn.sort(dim=-1).values
+                repeats = (ordered[:, 1:] == ordered[:, :-1]).any(dim=-1)
+                n = int(repeats.sum())
+                if not n:
+                    break
+                drawn[repeats] = torch.randint(self.n_keys, (n, size), generator=g)
+            keys.append(drawn)
+        return self._from_keys(torch.stack(keys), generators)
+
+    def _from_keys(self, keys: Tensor, generators: Sequence[torch.Generator]) -> Batch:
+        """The batch with distinct keys [K, batch, N]: its values and the queried
+        item drawn from each seed's generator."""
+        batch, size = keys.shape[1:]
         values = torch.stack(
             [
                 torch.randint(self.n_values, (batch, size), generator=g)
@@ -229,8 +271,6 @@ class DictionaryLookup(_SetRetrieval):
         which = torch.stack(
             [torch.randint(size, (batch, 1), generator=g) for g in generators]
         )
-        # [K, batch, N]: a uniformly random subset, random order
-        keys = noise.topk(size, dim=-1).indices
         # [K, batch, N, 3]
         items = _pack(torch.zeros(keys.shape), keys, self.n_keys + values)
         query = _pack(
@@ -307,25 +347,172 @@ class RetrievalTransformer(Transformer):
     def forward(self, inputs: Tensor) -> Tensor:
         """Packed items [batch, N + 1, 3] float -> logits at the query [batch, 1,
         n_outputs]."""
-        if (
-            inputs.dim() != 3
-            or inputs.shape[-1] != len(RETRIEVAL_COLUMNS)
-            or not inputs.is_floating_point()
-        ):
-            raise ValueError(
-                "inputs must be packed items [batch, N + 1, "
-                f"{len(RETRIEVAL_COLUMNS)}] float, "
-                f"got {tuple(inputs.shape)} {inputs.dtype}"
-            )
-        priority, first, second = inputs.unbind(dim=-1)  # [batch, N + 1] each
-        x = self.priority_embed(priority.unsqueeze(-1))  # [batch, N + 1, d_model]
+        # [batch, 1, n_outputs]
+        return self.forward_embeddings(self.embed_items(_check_items(inputs)))[:, -1:]
+
+    def embed_items(self, inputs: Tensor) -> Tensor:
+        """Packed items [batch, slots, 3] -> each slot's vector [batch, slots, d_model]
+        (``hook_embed``, then the item MLP's residual, if any)."""
+        priority, first, second = inputs.unbind(dim=-1)  # [batch, slots] each
+        x = self.priority_embed(priority.unsqueeze(-1))  # [batch, slots, d_model]
         for ids in (first.long(), second.long()):
             x = x + self.embed(ids.clamp_min(0)) * (ids != NO_TOKEN).unsqueeze(-1)
         x = self.hook_embed(x)
         if self.cfg.item_mlp:
             x = x + self.hook_item_mlp_out(self.item_mlp(x))
-        # [batch, 1, n_outputs]
-        return self.forward_embeddings(x)[:, -1:]
+        return x
+
+    def query_forward(
+        self, inputs: Tensor, tables: bool = False, padded: bool = False
+    ) -> tuple[Tensor, Tensor, Tensor]:
+        """``self(inputs)`` up to float rounding, in fewer FLOPs, with the first layer's
+        readings at the query: (logits [batch, 1, n_outputs], the query's attention
+        pattern [batch, head, N + 1], the attention output before any norm [batch,
+        d_model]). Training's and the evaluation's forward (``core.fast_path``,
+        :func:`evaluate_sizes`); recordings and interventions use the plain forward.
+
+        W_Q projects the query slot only (the plain forward projects every slot and
+        keeps one row). ``tables`` (needs :func:`linear_items`): a slot's vector is
+        p * w_priority + E[first] + E[second], so its key and value are the same sum
+        of projected rows. W_K and W_V project the v vocabulary rows and w_priority
+        once; the query scores those v + 1 keys, each slot adds up its two rows'
+        scores (scalars, not vectors), and the attention output mixes the value rows
+        by the attention each row gets. No projection per slot: at N = 1024 the
+        evaluation runs about 20x faster. ``padded``: slots without a first token
+        (NO_TOKEN; no task makes one) are padding, which no query attends to: sets of
+        several sizes padded to one shape give each set's own numbers (the compiled
+        training step). The first
+        layer's hooks up to the pattern see what they see in the plain forward
+        (hook_embed only the query slot's vector with ``tables``); ``hook_resid_pre``
+        and the keys' and values' inputs are not recorded.
+        """
+        _check_items(inputs)
+        if self.cfg.queries != "last":
+            raise ValueError(
+                f"query_forward needs queries='last', got {self.cfg.queries!r}"
+            )
+        if tables and not linear_items(self.cfg):
+            raise ValueError(
+                "tables need slot vectors linear in the items (item_mlp=0, "
+                "positional='none', no norm before attention), got "
+                f"item_mlp={self.cfg.item_mlp}, positional={self.cfg.positional!r}, "
+                f"norm={self.cfg.norm!r}"
+            )
+        if self.cfg.positional == "rope":
+            raise ValueError(
+                "query_forward has no positions (the model sees a set): positional "
+                "must be 'none' or 'learned', got 'rope'; use the plain forward"
+            )
+        if padded and self.cfg.logit_scale != "none":
+            raise ValueError(
+                "padded sets change n, the number of keys a query sees: logit_scale "
+                f"{self.cfg.logit_scale!r} needs padded=False"
+            )
+        block = self.blocks[0]
+        attn = block.attn
+        B, T = inputs.shape[:2]
+        H, dh = attn.n_heads, attn.d_head
+        if tables:
+            # [batch, 1, d_model]: the query (embedded as [batch, 3] rows, which vmap
+            # runs as one product per seed)
+            x = self.embed_items(inputs[:, -1])[:, None]
+        else:
+            x = self.with_positions(self.embed_items(inputs))
+            keys_in = block.ln1(x) if block.sites.pre else x
+            # [batch, head, T, d_head] each
+            k, v = (
+                W(keys_in).view(B, T, H, dh).transpose(1, 2)
+                for W in (attn.W_K, attn.W_V)
+            )
+            x = x[:, -1:]  # the query slot's residual stream
+        # [batch, head, 1, d_head]; W_Q on [batch, d_model] rows (a [batch, 1, d_model]
+        # slice of the slots made vmap multiply one weight copy per example)
+        q = attn.W_Q((block.ln1(x) if block.sites.pre else x).reshape(B, -1))
+        q = q.view(B, H, 1, dh)
+        if tables:
+            # [head, v + 2, d_head] each: the vocabulary's, NO_TOKEN's, w_priority's
+            k_rows, v_rows = self._token_rows(attn)
+            priority, first, second = inputs.unbind(dim=-1)  # [batch, T] each
+            # [batch, head, T] each: rows 0..v (NO_TOKEN, -1, is row v)
+            ids = [
+                t.long().remainder(len(self.embed.weight) + 1)[:, None].expand(B, H, T)
+                for t in (first, second)
+            ]
+            # [batch, head, v + 2]: the query's score of each row
+            row_scores = torch.einsum("bhe,hte->bht", q[:, :, 0], k_rows)
+            scores = priority[:, None] * row_scores[..., -1:]
+            for index in ids:
+                scores = scores + row_scores.gather(-1, index)
+            scores = scores[:, :, None]  # [batch, head, 1, T]
+        else:
+            scores = (q * k).sum(-1)[:, :, None]  # [batch, head, 1, T]
+        # / sqrt(d_head), length scaling, test-time factor: as the plain forward
+        scores = attn.logits(scores)
+        if padded:
+            empty = inputs[:, None, None, :, 1] == NO_TOKEN  # [batch, 1, 1, T]
+            scores = scores.masked_fill(empty, float("-inf"))
+        pattern = attn.hook_pattern(attn.hook_attn_scores(scores).softmax(dim=-1))
+        weights = attn.dropout(pattern)
+        if tables:
+            a = weights[:, :, 0]  # [batch, head, T]
+            # [batch, head, v + 2]: the attention each row gets
+            mass = torch.zeros(B, H, len(self.embed.weight) + 1, dtype=a.dtype)
+            for index in ids:
+                mass = mass.scatter_add(-1, index, a)
+            mass = torch.cat([mass, (a * priority[:, None]).sum(-1, keepdim=True)], -1)
+            # [batch, head, 1, d_head]
+            z = torch.einsum("bht,hte->bhe", mass, v_rows)[:, :, None]
+            if attn.W_V.bias is not None:
+                z = z + weights.sum(-1, keepdim=True) * attn.W_V.bias.view(H, 1, dh)
+        else:
+            z = (weights[:, :, 0, :, None] * v).sum(-2)[:, :, None]
+        # [batch, 1, head, d_head]
+        z = attn.hook_z(z.transpose(1, 2))
+        attn_out = attn.W_O(z.reshape(B, 1, H * dh))  # [batch, 1, d_model]
+        x = block.after_attention(x, attn_out)
+        for later in self.blocks[1:]:
+            x = later(x)
+        return self.read_out(x), pattern[:, :, 0], attn_out[:, 0]
+
+    def _token_rows(self, attn: Attention) -> tuple[Tensor, Tensor]:
+        """The first layer's keys and values (without W_V's bias) of every vocabulary
+        row, of NO_TOKEN (zeros) and of w_priority: [head, v + 2, d_head] each."""
+        d_model = self.embed.weight.shape[1]
+        rows = torch.cat(
+            [
+                self.embed.weight,
+                self.embed.weight.new_zeros(1, d_model),
+                self.priority_embed.weight.T,
+            ]
+        )
+        return tuple(
+            F.linear(rows, W.weight).view(len(rows), attn.n_heads, -1).transpose(0, 1)
+            for W in (attn.W_K, attn.W_V)
+        )
+
+
+def _check_items(inputs: Tensor) -> Tensor:
+    """``inputs`` if they are packed items [batch, N + 1, 3] float; ValueError
+    otherwise."""
+    if (
+        inputs.dim() != 3
+        or inputs.shape[-1] != len(RETRIEVAL_COLUMNS)
+        or not inputs.is_floating_point()
+    ):
+        raise ValueError(
+            "inputs must be packed items [batch, N + 1, "
+            f"{len(RETRIEVAL_COLUMNS)}] float, "
+            f"got {tuple(inputs.shape)} {inputs.dtype}"
+        )
+    return inputs
+
+
+def linear_items(cfg: ModelConfig) -> bool:
+    """Whether a slot's keys and values are linear in its priority and token
+    embeddings, so that tables of projected rows give them
+    (:meth:`RetrievalTransformer.query_forward`): no item MLP, no positions, no norm
+    before the attention."""
+    return not cfg.item_mlp and cfg.positional == "none" and not cfg.norm_sites.pre
 
 
 def retrieval_config(
@@ -487,23 +674,48 @@ def evaluate_retrieval(
         )
         hooks = scaled_attention_output(1.0 if scale is None else float(scale[i]))
         logits, cache = forward_chunked(model, batch.inputs, names, chunk, hooks)
-        pattern = cache[PATTERN][:, :, -1]  # [samples, head, N + 1] (the query's row)
-        target = task.target_item(batch.inputs)  # [samples]
-        on_target = pattern.gather(
-            -1, target.view(-1, 1, 1).expand(-1, pattern.shape[1], 1)
-        ).squeeze(-1)
-        row = {
-            "accuracy": (logits[:, -1].argmax(-1) == batch.targets[:, -1].argmax(-1))
-            .float()
-            .mean()
-            .item(),
-            "target_attention": on_target.mean(0).max().item(),
-            "n_eff": metrics.effective_tokens(pattern).mean().item(),
-        }
-        for prefix, name in (("", ATTN_OUT),) + (
-            (("normed_", NORMED),) if normed else ()
-        ):
-            out = cache[name][:, -1]  # [samples, d_model] at the query
+        row = _size_row(
+            task,
+            batch,
+            logits,
+            cache[PATTERN][:, :, -1],  # [samples, head, N + 1] (the query's row)
+            cache[ATTN_OUT][:, -1],  # [samples, d_model] at the query
+            cache[NORMED][:, -1] if normed else None,
+            n_components,
+        )
+        for key, value in row.items():
+            rows.setdefault(key, []).append(value)
+    return _table(rows, sizes, n_samples, seed)
+
+
+def _size_row(
+    task: RetrievalTask,
+    batch: Batch,
+    logits: Tensor,
+    pattern: Tensor,
+    attn_out: Tensor,
+    normed: Tensor | None,
+    n_components: int,
+) -> dict[str, object]:
+    """One N's entries of a :class:`RetrievalTable` from one model's readings on the
+    test sets ``batch``: logits [samples, 1, n_outputs], the query's pattern [samples,
+    head, N + 1], the attention output at the query before and after the norm
+    [samples, d_model] (``normed`` None: no norm)."""
+    target = task.target_item(batch.inputs)  # [samples]
+    on_target = pattern.gather(
+        -1, target.view(-1, 1, 1).expand(-1, pattern.shape[1], 1)
+    ).squeeze(-1)
+    row = {
+        "accuracy": (logits[:, -1].argmax(-1) == batch.targets[:, -1].argmax(-1))
+        .float()
+        .mean()
+        .item(),
+        "target_attention": on_target.mean(0).max().item(),
+        "n_eff": metrics.effective_tokens(pattern).mean().item(),
+        "attn_out_rms": attn_out.square().mean(-1).sqrt().mean().item(),
+    }
+    for prefix, out in (("", attn_out), ("normed_", normed)):
+        if out is not None:
             stats = shift_statistics(out)
             row |= {
                 f"{prefix}feature_var": stats.feature_var[:n_components],
@@ -511,10 +723,13 @@ def evaluate_retrieval(
                 f"{prefix}global_mean": stats.global_mean,
                 f"{prefix}global_var": stats.global_var,
             }
-            if not prefix:
-                row["attn_out_rms"] = out.square().mean(-1).sqrt().mean().item()
-        for key, value in row.items():
-            rows.setdefault(key, []).append(value)
+    return row
+
+
+def _table(
+    rows: dict[str, list], sizes: Sequence[int], n_samples: int, seed: int
+) -> RetrievalTable:
+    """The table of per-N rows (:func:`_size_row`, appended field by field)."""
     arrays = {key: np.asarray(value) for key, value in rows.items()}
     missing = {
         f"normed_{k}": None
@@ -523,6 +738,57 @@ def evaluate_retrieval(
     return RetrievalTable(
         N=np.asarray(sizes), n_samples=n_samples, seed=seed, **{**missing, **arrays}
     )
+
+
+class _Readings(nn.Module):
+    """``model.query_forward`` with the norm's output at the query (for
+    ``functional_call``: its parameters are the model's, under ``model.``)."""
+
+    def __init__(self, model: RetrievalTransformer):
+        super().__init__()
+        self.model = model
+
+    def forward(self, inputs: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+        logits, pattern, attn_out = self.model.query_forward(
+            inputs, linear_items(self.model.cfg)
+        )
+        block = self.model.blocks[0]
+        normed = block.ln_attn_out(attn_out) if block.sites.attn_out else attn_out
+        return logits, pattern, attn_out, normed
+
+
+# slots per stacked forward (all models): with their vectors, about what stays in cache
+# (about 4 MB at d_model 64; larger sets ran 2x slower at N = 1024); token tables keep
+# a few numbers per slot and head, so many more
+STACKED_SLOTS = 2**14
+STACKED_TABLE_SLOTS = 2**20
+
+
+@torch.no_grad()
+def stacked_readings(
+    models: Sequence[RetrievalTransformer], inputs: Tensor
+) -> tuple[Tensor, ...]:
+    """Every model's readings of :meth:`RetrievalTransformer.query_forward` on the same
+    test sets [samples, N + 1, 3], in one forward for all models (their weights
+    stacked, ``torch.func.vmap``), with token tables where :func:`linear_items`
+    allows (a forward's slots far outnumber the vocabulary's rows): (logits,
+    pattern, attention output, normed output), each [K, samples, ...]; the normed
+    output is the attention output when there is no norm. The test sets run in
+    chunks of about ``STACKED_SLOTS`` slots (``STACKED_TABLE_SLOTS`` with tables) for
+    all models together."""
+    template = copy.deepcopy(models[0]).to("meta").eval()
+    params, buffers = stack_module_state(list(models))
+    module = _Readings(template)
+
+    def one(p: dict[str, Tensor], b: dict[str, Tensor], x: Tensor) -> tuple:
+        named = tuple({"model." + k: t for k, t in d.items()} for d in (p, b))
+        return functional_call(module, named, (x,))
+
+    read = vmap(one, in_dims=(0, 0, None))
+    budget = STACKED_TABLE_SLOTS if linear_items(template.cfg) else STACKED_SLOTS
+    chunk = max(1, budget // (len(models) * inputs.shape[1]))
+    parts = [read(params, buffers, x) for x in inputs.split(chunk)]
+    return tuple(torch.cat(p, dim=1) for p in zip(*parts))
 
 
 def evaluate_sizes(
@@ -535,8 +801,39 @@ def evaluate_sizes(
     """The retrieval tasks' evaluation (``core.task_registry``):
     :func:`evaluate_retrieval` of every model, as per-size fields [K, len(N)] (``s`` is
     N). Components 0..2 of ``feature_var``
-    become ``feature_var_0``..``_2``; a model without a norm has ``normed_*`` nan."""
-    tables = [evaluate_retrieval(m, task, sizes, n_samples, seed) for m in models]
+    become ``feature_var_0``..``_2``; a model without a norm has ``normed_*`` nan.
+
+    The same tables as :func:`evaluate_retrieval` of each model, up to float rounding
+    (``tests/test_core_retrieval.py``), in one stacked forward per chunk of test sets
+    (:func:`stacked_readings`): the models must be one configuration's
+    :class:`RetrievalTransformer` with ``queries="last"``."""
+    if not models or not all(
+        type(m) is RetrievalTransformer and m.cfg == models[0].cfg for m in models
+    ):
+        raise ValueError(
+            "models must be RetrievalTransformers of one ModelConfig, got "
+            f"{sorted({type(m).__name__ for m in models})}"
+        )
+    normed = models[0].blocks[0].sites.attn_out
+    rows: list[dict[str, list]] = [{} for _ in models]
+    for N in sizes:
+        batch = task.sample_train_batch(
+            n_samples, N, make_generator(seed * 100_003 + N)
+        )
+        logits, pattern, attn_out, after = stacked_readings(models, batch.inputs)
+        for k, row in enumerate(rows):
+            entries = _size_row(
+                task,
+                batch,
+                logits[k],
+                pattern[k],
+                attn_out[k],
+                after[k] if normed else None,
+                N_COMPONENTS,
+            )
+            for key, value in entries.items():
+                row.setdefault(key, []).append(value)
+    tables = [_table(row, sizes, n_samples, seed) for row in rows]
     nan = np.full((len(models), len(sizes)), np.nan)
     out = {"s": np.asarray(sizes)}
     for name in TABLE_FIELDS:

@@ -171,13 +171,20 @@ class PerSeedSampler:
     ) -> Batch:
         """One batch per generator on a leading [K] axis; row k equals
         ``sample_train_batch(..., generators[k])``."""
+        self.check_draw(batch, size, generators)
+        return self._draw(batch, size, generators)
+
+    def check_draw(
+        self, batch: int, size: int, generators: Sequence[torch.Generator]
+    ) -> None:
+        """ValueError unless ``size`` is valid, ``batch`` >= 1 and there is a
+        generator."""
         self._check_size(size)
         require_int("batch", batch, minimum=1)
         if not generators:
             raise ValueError(
                 "generators must hold at least one torch.Generator (one per seed)"
             )
-        return self._draw(batch, size, generators)
 
 
 class NoiseSampler(PerSeedSampler):

@@ -19,9 +19,12 @@ and never change the trajectory.
 
 Two paths run the same loop (``TrainConfig.path``). The *reference* path draws each
 step's batch in Python and runs the plain model's step eagerly. The *fast* path
-(:mod:`lengthgen_lite.core.fast_path`: chunked data, token tables, the compiled step;
+(:mod:`lengthgen_lite.core.fast_path`: chunked data, token tables, the compiled step,
+chapter 4's query-only retrieval forward;
 :func:`~lengthgen_lite.core.fast_path.plan_path` says which parts apply) gives the same
-losses up to float rounding (``tests/test_core_fast_path.py``).
+losses up to float rounding
+(``tests/test_core_fast_path.py``), except where a task draws its batches its own way
+(dictionary lookup: the same distribution, other draws).
 """
 
 from __future__ import annotations
@@ -37,7 +40,13 @@ from torch import Tensor, nn
 from torch.func import functional_call, grad_and_value, stack_module_state, vmap
 from tqdm.auto import tqdm
 
-from .fast_path import FastForward, chunked_batches, compiled_step, plan_path
+from .fast_path import (
+    FastForward,
+    chunked_batches,
+    compiled_step,
+    padded_items,
+    plan_path,
+)
 from .model import ModelConfig, Transformer, init_model
 from .seeding import make_generator, seed_everything
 from .tasks import Batch, Task, one_hot_targets, sample_next_tokens
@@ -172,10 +181,17 @@ def _unstack(
 
 
 def _sample_batches(
-    task: Task, batch: int, size: int, generators: Sequence[torch.Generator]
+    task: Task,
+    batch: int,
+    size: int,
+    generators: Sequence[torch.Generator],
+    own_draws: bool = False,
 ) -> Batch:
     """One batch per seed, stacked [K, batch, ...]; vectorised when the task offers it
-    (same draws)."""
+    (same draws). ``own_draws``: the task's ``sample_fast_batches`` (the same
+    distribution, other draws; ``PathPlan.own_draws``)."""
+    if own_draws:
+        return task.sample_fast_batches(batch, size, generators)
     if hasattr(task, "sample_train_batches"):
         return task.sample_train_batches(batch, size, generators)
     batches = [task.sample_train_batch(batch, size, g) for g in generators]
@@ -188,14 +204,18 @@ def _sample_batches(
 
 
 def _reference_batches(
-    task: Task, cfg: TrainConfig, streams: Sequence[torch.Generator]
+    task: Task,
+    cfg: TrainConfig,
+    streams: Sequence[torch.Generator],
+    own_draws: bool = False,
 ) -> Iterator[Batch]:
-    """Each step's batch drawn when the step comes: [K, batch, ...]."""
+    """Each step's batch drawn when the step comes: [K, batch, ...] (``own_draws``: see
+    :func:`_sample_batches`)."""
     size_stream = make_generator(cfg.size_seed)
     sizes = list(task.train_sizes())
     for _ in range(cfg.steps):
         size = sizes[int(torch.randint(len(sizes), (1,), generator=size_stream))]
-        data = _sample_batches(task, cfg.batch, size, streams)
+        data = _sample_batches(task, cfg.batch, size, streams, own_draws)
         # each seed draws from its own stream, then one one-hot for all
         if cfg.targets == "sampled":
             tokens = torch.stack(
@@ -325,7 +345,8 @@ def train(
     )
     watchers = {name: make(params) for name, make in (averagers or {}).items()}
     if plan.compiled:
-        (size,) = task.train_sizes()
+        # one training size, or the retrieval model's sets padded to the largest
+        size = max(task.train_sizes())
         step_fn = compiled_step(
             template,
             model_cfg,
@@ -352,8 +373,10 @@ def train(
     batches = (
         chunked_batches(task, cfg, data_streams)
         if plan.chunked_data
-        else _reference_batches(task, cfg, data_streams)
+        else _reference_batches(task, cfg, data_streams, plan.own_draws)
     )
+    if plan.compiled and plan.query_only:
+        batches = padded_items(batches, size + 1)
 
     # No elapsed time or rate in the bar: stored notebook outputs must not change
     # between runs.
