@@ -194,42 +194,52 @@ def _mean_text(values: Mapping[str, np.ndarray], digits: int = 3) -> str:
     return ", ".join(f"{name} {v.mean():.{digits}f}" for name, v in values.items())
 
 
-def scorecard(
-    set_results: Results,
-    retrieval: Results,
-    factored: Mapping[str, np.ndarray],
-) -> list[Decision]:
-    """The chapter's scorecard rows (P1-P4), decided on the live runs; ``factored``
-    is :func:`factor_retrieval` of ``retrieval``."""
+def set_scorecard(set_results: Results) -> dict[str, Decision]:
+    """Part A's rows (P1 both halves, P3 and P4 on set complement), decided on the live
+    run: claim key -> decision."""
     tv = {
         n: set_values(set_results, "tv_beyond", "soft", n)
-        for n in ("none", *SHARPENERS)
+        for n in ("none", *SHARPENERS, *RENORMALISERS)
     }
-    renorm = {n: set_values(set_results, "tv_beyond", "soft", n) for n in RENORMALISERS}
-    lost = {t: lost_accuracy(retrieval, t) for t in RETRIEVAL_TASKS}
-    lost_text = "accuracy lost from N = 16 to 1024 without a norm: " + ", ".join(
-        f"{t} {x:.2f}" for t, x in lost.items()
-    )
-    return [
-        SHARPEN_CLAIM.decide(
-            gain_effects(set_results, SHARPENERS),
-            detail="soft targets, mean TV beyond L: " + _mean_text(tv),
-        ),
-        RENORM_CLAIM.decide(
-            gain_effects(set_results, RENORMALISERS),
-            detail="soft targets, mean TV beyond L: " + _mean_text(renorm),
-        ),
-        SSMAX_RETRIEVAL_CLAIM.decide(
-            recovery_effects(retrieval, "ssmax"), detail=lost_text
-        ),
-        LN_RETRIEVAL_CLAIM.decide(recovery_effects(retrieval, "LN"), detail=lost_text),
+    detail = "soft targets, mean TV beyond L: " + _mean_text(tv)
+    decisions = [
+        SHARPEN_CLAIM.decide(gain_effects(set_results, SHARPENERS), detail=detail),
+        RENORM_CLAIM.decide(gain_effects(set_results, RENORMALISERS), detail=detail),
         COMBINED_SET_CLAIM.decide(combined_set_effects(set_results)),
-        COMBINED_RETRIEVAL_CLAIM.decide(combined_retrieval_effects(retrieval)),
         FACTOR_SET_CLAIM.decide(factor_set_effects(set_results)),
+    ]
+    return {d.claim.key: d for d in decisions}
+
+
+def retrieval_scorecard(
+    retrieval: Results, factored: Mapping[str, np.ndarray]
+) -> dict[str, Decision]:
+    """Part B's rows (P2 both halves, P3 and P4 on retrieval), decided on the live run;
+    ``factored`` is :func:`~lengthgen_lite.chapters.ch8_two_kinds.factor_retrieval` of
+    ``retrieval``: claim key -> decision."""
+    lost = {t: lost_accuracy(retrieval, t) for t in RETRIEVAL_TASKS}
+    detail = "accuracy lost from N = 16 to 1024 without a norm: " + ", ".join(
+        f"{t.replace('_', ' ')} {x:.2f}" for t, x in lost.items()
+    )
+    decisions = [
+        SSMAX_RETRIEVAL_CLAIM.decide(
+            recovery_effects(retrieval, "ssmax"), detail=detail
+        ),
+        LN_RETRIEVAL_CLAIM.decide(recovery_effects(retrieval, "LN"), detail=detail),
+        COMBINED_RETRIEVAL_CLAIM.decide(combined_retrieval_effects(retrieval)),
         FACTOR_RETRIEVAL_CLAIM.decide(
-            factor_retrieval_effects(retrieval, factored), detail=lost_text
+            factor_retrieval_effects(retrieval, factored), detail=detail
         ),
     ]
+    return {d.claim.key: d for d in decisions}
+
+
+def scorecard(
+    set_results: Results, retrieval: Results, factored: Mapping[str, np.ndarray]
+) -> list[Decision]:
+    """The chapter's eight scorecard rows (P1-P4), in :data:`CLAIMS` order."""
+    decided = set_scorecard(set_results) | retrieval_scorecard(retrieval, factored)
+    return [decided[claim.key] for claim in CLAIMS]
 
 
 # The chapter's scorecard claims, declared once, before any run (issue 37's P1-P4).
