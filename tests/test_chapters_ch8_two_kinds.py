@@ -17,6 +17,7 @@ from lengthgen_lite.core.model import (
     init_model,
 )
 from lengthgen_lite.runs import run
+from lengthgen_lite.runs.claims import VERDICTS
 
 
 def test_specs_at_both_tiers():
@@ -98,3 +99,24 @@ def test_a_tiny_run_gives_every_claim_a_word():
     assert [d.claim for d in decisions] == list(ch8_claims.CLAIMS)
     profiles = mech.slider_profiles(set_results, n_sequences=20)
     assert set(profiles) == set(mech.SLIDER_VARIANTS)
+
+
+def test_depth_spec_and_its_claims():
+    live = ch8.SPECS["ch8/depth"]
+    assert [(c.positional, c.norm) for c in live.configurations()] == [
+        ("none", "pre_final"),
+        ("none", "post"),
+    ]
+    reference = live.at_tier("reference").configurations()
+    assert {c.positional for c in reference} == {"none", "rope"} and len(reference) == 8
+    assert {(c.n_layers, c.v, c.targets) for c in reference} == {(2, 32, "sampled")}
+    depth = run(live.with_overrides(steps=20, seeds=2), progress=False)
+    (effect,) = ch8_claims.depth_effects(depth)
+    assert effect.cell == {"variant": "post"} and effect.interval.n == 2
+    assert ch8_claims.DEPTH_CLAIM.decide([effect]).word in VERDICTS
+    rope = [
+        {"positional": "rope", **ch8.DEPTH_VARIANTS[n]} for n in ("post", "attn_out")
+    ]
+    rope_run = run(live.with_overrides(configs=rope, steps=20, seeds=2), progress=False)
+    effects = ch8_claims.rope_effects(rope_run)
+    assert [e.cell["variant"] for e in effects] == ["post", "attn_out"]

@@ -16,9 +16,10 @@ import numpy as np
 
 from ..runs import Results
 from ..runs.claims import TV_SESOI, Claim, Decision, Effect
-from ..runs.compare import paired_effects, training_state
+from ..runs.compare import level_effects, paired_effects, training_state
 from ..runs.stats import t_interval
 from .ch8_two_kinds import (
+    DEPTH_VARIANTS,
     N_TRAIN,
     RENORMALISERS,
     RETRIEVAL_TASKS,
@@ -242,6 +243,43 @@ def scorecard(
     return [decided[claim.key] for claim in CLAIMS]
 
 
+def depth_effects(depth: Results) -> list[Effect]:
+    """P5, first half: pre_final minus post TV beyond L with two layers and no
+    positions (> 0: post-norm ahead), paired over seeds, per budget."""
+    return _named(
+        paired_effects(
+            depth,
+            "tv_beyond",
+            treated=DEPTH_VARIANTS["post"],
+            control=DEPTH_VARIANTS["pre_final"],
+            positional="none",
+        ),
+        variant="post",
+    )
+
+
+def rope_effects(depth: Results) -> list[Effect]:
+    """P5, second half: under RoPE, TV beyond L minus TV at the training lengths of the
+    models with an output norm (post, attn_out), per seed (> 0: worse beyond L), one
+    cell per placement and budget (a reference sweep's: the live slice has no RoPE)."""
+
+    def degradation(results: Results, **where: object) -> np.ndarray:
+        return results.values("tv_beyond", **where) - results.values(
+            "tv_train", **where
+        )
+
+    return [
+        effect
+        for name in ("post", "attn_out")
+        for effect in _named(
+            level_effects(
+                depth, degradation, positional="rope", **DEPTH_VARIANTS[name]
+            ),
+            variant=name,
+        )
+    ]
+
+
 # The chapter's scorecard claims, declared once, before any run (issue 37's P1-P4).
 # SESOIs as pre-stated there: 0.01 of TV (TV_SESOI) for "nothing" on set complement,
 # 0.1 of TV for a real gain; 25% of the lost accuracy for "recovers", 5% for
@@ -359,3 +397,30 @@ CLAIMS = (
     FACTOR_SET_CLAIM,
     FACTOR_RETRIEVAL_CLAIM,
 )
+# P5 (part C), declared with the others; decided where ch8/depth has run (its live
+# slice: the first half; the reference sweep: both). Not in CLAIMS: the notebook's live
+# run does not train part C yet.
+#: P5, first half: post-norm's advantage survives two layers under NoPE.
+DEPTH_CLAIM = Claim(
+    "ch8-score-depth",
+    "P5: With two layers and no positions, post-norm still length-generalises better "
+    "than pre-norm with a final LN on set complement",
+    "[ours]; post-norm: 2510.08341 v2 [paper]",
+    metric="TV beyond L",
+    unit="TV",
+    effect="pre_final minus post",
+    sesoi=TV_SESOI,
+    cells=("variant", "init", "lr"),
+)
+#: P5, second half: under RoPE set complement degrades beyond L even with a norm.
+ROPE_CLAIM = Claim(
+    "ch8-score-rope",
+    "P5: Under RoPE, set complement degrades beyond L even with an output norm",
+    "[ours]; RoPE: 2104.09864 [paper]",
+    metric="TV beyond L minus TV at the training lengths",
+    unit="TV",
+    effect="TV beyond L minus TV at 1..L",
+    sesoi=TV_SESOI,
+    cells=("variant", "init", "lr"),
+)
+DEPTH_CLAIMS = (DEPTH_CLAIM, ROPE_CLAIM)

@@ -8,7 +8,8 @@ n_train). The chapter puts the two families side by side, as data:
 - part A (``SPECS["ch8/set_complement"]``): set complement, where the attention is
   *correctly* uniform and the output is diluted like 1/s;
 - part B (``SPECS["ch8/retrieval"]``): chapter 4's argmax retrieval and dictionary
-  lookup, where the weight on the one right item fades toward 1/N.
+  lookup, where the weight on the one right item fades toward 1/N;
+- part C (``SPECS["ch8/depth"]``): two layers, without positions (NoPE) and with RoPE.
 
 The prediction, a double dissociation, is declared before any run as the claims of
 :mod:`~lengthgen_lite.chapters.ch8_claims` (issue 37's P1-P4, each with its
@@ -118,6 +119,45 @@ SPECS: dict[str, Spec] = {
         },
     ),
 }
+
+
+# Part C: depth and positions (set complement, v = 32, L = 8, sampled targets; two
+# layers, 4 heads, d_model 64, MLP 256). "ssmax" here is SSMax's factor on the pre-norm
+# block with a final LN, the block most current models use (the book's choice).
+DEPTH_VARIANTS: dict[str, dict[str, str]] = {
+    "pre_final": {"norm": "pre_final", "logit_scale": "none"},
+    "post": {"norm": "post", "logit_scale": "none"},
+    "attn_out": {"norm": "attn_out", "logit_scale": "none"},
+    "ssmax": {"norm": "pre_final", "logit_scale": "ssmax"},
+}
+POSITIONS = ("none", "rope")  # NoPE, RoPE
+DEPTH_BASE = {
+    "task": "set_complement",
+    **SET_SIZES[1],
+    "targets": "sampled",
+    "n_layers": 2,
+    "n_heads": 4,
+    "d_mlp": 256,
+}
+# the live slice: NoPE, post-norm against pre_final (P5's first half); the reference
+# sweep trains the whole grid
+DEPTH_LIVE = ("pre_final", "post")
+
+SPECS["ch8/depth"] = Spec(
+    name="ch8/depth",
+    description="two layers on set complement (v = 32, L = 8, sampled targets): NoPE "
+    "and RoPE x pre_final, post, attn_out, ssmax",
+    configs=[{"positional": "none", **DEPTH_VARIANTS[n]} for n in DEPTH_LIVE],
+    base=DEPTH_BASE,
+    seeds=SEEDS,
+    reference={
+        "configs": [
+            {"positional": positional, **fields}
+            for positional in POSITIONS
+            for fields in DEPTH_VARIANTS.values()
+        ]
+    },
+)
 
 
 def variant_fields(variant: str, part: str = "set") -> dict[str, str]:
