@@ -47,6 +47,7 @@ from .chapters import (
     ch5_post_norm,
     ch6_ema,
     ch7_beyond_set_complement,
+    ch8_two_kinds,
 )
 from .runs import Results, Spec, run
 from .runs.results import KEY_METRICS
@@ -63,6 +64,7 @@ CHAPTERS: tuple[ModuleType, ...] = (
     ch5_post_norm,
     ch6_ema,
     ch7_beyond_set_complement,
+    ch8_two_kinds,
 )
 # run's options as the user types them, for the runner's checks to name
 FLAGS = {

@@ -235,3 +235,56 @@ def test_the_number_gives_the_range_of_replicates_when_cells_differ():
     assert "pooled over 2 cells x 10-16 seeds, 6000 steps" in decision.number
     same = CLAIM.decide([cell(0.05, 0.01), cell(0.05, 0.01, init="torch")], "reference")
     assert "2 cells x 10 seeds" in same.number
+
+
+AT_MOST = Claim(
+    "ch9-score-at-most",
+    "a change gains at most 0.01 of TV",
+    "[ours]",
+    metric="TV beyond L",
+    unit="TV",
+    effect="without minus with",
+    sesoi=SESOI,
+    cells=("init",),
+    test="at most",
+)
+
+
+@pytest.mark.parametrize(
+    "mean, sd, word",
+    [
+        (0.002, 0.002, "below"),  # the one-sided 95% bound is under the SESOI
+        (-0.05, 0.01, "below"),  # a harm is "at most" too
+        (0.05, 0.01, "above"),  # the 95% interval is over the SESOI
+        (0.008, 0.004, "inconclusive"),  # the bound reaches past the SESOI
+        (0.0, 0.05, "inconclusive"),
+    ],
+)
+def test_at_most_cell_words(mean, sd, word):
+    assert cell_word(cell(mean, sd), SESOI, "at most") == word
+
+
+def test_an_at_most_claim_is_reproduced_below_its_bound_and_records_its_margin(
+    tmp_path, monkeypatch
+):
+    path = tmp_path / "margins.jsonl"
+    monkeypatch.setenv(MARGINS_FILE_VARIABLE, str(path))
+    below = AT_MOST.decide([cell(0.002, 0.002), cell(-0.03, 0.003, init="torch")])
+    assert below.word == "reproduced" and below.counts == {"below": 2}
+    AT_MOST.require(below, "reproduced")
+    (margin,) = load_margins(path)
+    # the closest cell: 0.01 minus the 90% interval's upper end, in standard errors
+    narrow = below.final[0].interval.at_level(0.9)
+    assert margin.slack == pytest.approx(SESOI - narrow.high)
+    assert margin.in_spreads > 1
+    above = AT_MOST.decide([cell(0.05, 0.01), cell(0.08, 0.01, init="torch")])
+    assert above.word == "reversed" and "above 2/2" in above.number
+    mixed = AT_MOST.decide([cell(0.002, 0.002), cell(0.05, 0.01, init="torch")])
+    assert mixed.word == "mixed" and mixed.cells_with("below") == [{"init": "book"}]
+
+
+def test_a_claim_names_its_test():
+    with pytest.raises(ValueError, match="test"):
+        Claim("ch9-score-x", "x", "[ours]", "m", "u", "e", 0.1, test="at least")
+    with pytest.raises(ValueError, match="test"):
+        cell_word(cell(0.0, 0.01), SESOI, "between")

@@ -28,6 +28,12 @@ intervals so narrow that a move far below any effect of interest would count wit
 the second condition). Rows the book builds rather than measures are
 **demonstration**; rows a laptop cannot decide are **not testable here**.
 
+A claim that an effect is *at most* a bound (``test="at most"``: "sharpening gains
+at most 0.01 of TV", chapter 8) is judged one-sided, as one side of TOST: a cell is
+**below** when its 90% interval's upper end (a one-sided test at 5%) is under the
+SESOI, **above** when its 95% interval's lower end is over it, and **inconclusive**
+otherwise. Every cell below is **reproduced**, every cell above **reversed**.
+
 Thresholds come from the declared SESOI, never from a seed set: a bound moved after
 looking at a run is a defect (CONTRIBUTING.md).
 """
@@ -47,7 +53,7 @@ import numpy as np
 
 from ..core.seeding import seed_offset
 from ..core.validation import require_choice, require_number
-from .stats import Interval, equivalent, pooled, t_interval
+from .stats import TOST_ALPHA, Interval, equivalent, pooled, t_interval
 
 VERDICTS = (
     "reproduced",
@@ -58,9 +64,14 @@ VERDICTS = (
     "demonstration",
     "not testable here",
 )
-CELL_WORDS = ("helps", "equivalent", "hurts", "inconclusive")
+# a difference claim's cell words, then an "at most" claim's ("inconclusive": both)
+CELL_WORDS = ("helps", "equivalent", "hurts", "inconclusive", "below", "above")
 Kind = Literal["measured", "demonstration", "not testable here"]
 KINDS: tuple[str, ...] = get_args(Kind)
+# what a measured claim asserts of its effect: a difference of at least the SESOI (or
+# none, or a reversal), or an effect of at most the SESOI (one-sided)
+Test = Literal["difference", "at most"]
+TESTS: tuple[str, ...] = get_args(Test)
 Tier = Literal["live", "reference"]
 MARGINS_FILE_VARIABLE = "LENGTHGEN_MARGINS_FILE"
 
@@ -96,10 +107,19 @@ class Effect:
         return cls(dict(cell), step, t_interval(values), unstable=int(unstable))
 
 
-def cell_word(effect: Effect, sesoi: float) -> str:
-    """One cell's word under the protocol (see the module docstring)."""
+def cell_word(effect: Effect, sesoi: float, test: Test = "difference") -> str:
+    """One cell's word under the protocol (see the module docstring): helps,
+    equivalent, hurts or inconclusive for a difference; below, above or inconclusive
+    for ``test="at most"``."""
+    require_choice("test", test, TESTS)
     interval = effect.interval
     if effect.unstable:
+        return "inconclusive"
+    if test == "at most":
+        if interval.at_level(1 - 2 * TOST_ALPHA).high < sesoi:
+            return "below"
+        if interval.low > sesoi:
+            return "above"
         return "inconclusive"
     if interval.low > 0 and interval.mean >= sesoi:
         return "helps"
@@ -118,7 +138,9 @@ def claim_word(words: Sequence[str]) -> str:
         require_choice("cell word", word, CELL_WORDS)
     for cell, claim in (
         ("helps", "reproduced"),
+        ("below", "reproduced"),
         ("hurts", "reversed"),
+        ("above", "reversed"),
         ("equivalent", "no effect"),
         ("inconclusive", "inconclusive"),
     ):
@@ -230,9 +252,9 @@ class Decision:
         steps = sorted({e.step for e in self.effects})
         if len(steps) < 2:
             return f"one budget ({steps[0]} steps)" if steps else "no budget"
-        sesoi = self.claim.sesoi
+        sesoi, test = self.claim.sesoi, self.claim.test
         words = {
-            s: claim_word([cell_word(e, sesoi) for e in at_step(self.effects, s)])
+            s: claim_word([cell_word(e, sesoi, test) for e in at_step(self.effects, s)])
             for s in steps
         }
         moving = "; still moving" if self.still_moving else "; stable"
@@ -253,7 +275,9 @@ class Claim:
 
     ``effect`` names the signed quantity (``"no norm minus post-norm"``: above 0 the
     claim holds), in ``unit`` of ``metric``; ``sesoi`` is the smallest effect of
-    interest in that unit; ``cells`` the grid axes it is judged over.
+    interest in that unit; ``cells`` the grid axes it is judged over. ``test`` "at
+    most" makes the SESOI a bound the effect stays under ("gains at most 0.01 of TV"),
+    judged one-sided (the module docstring).
     """
 
     key: str  # "ch5-score-postnorm", as book/scorecard.md names it
@@ -268,6 +292,7 @@ class Claim:
     # what the interval is over: trained seeds, or e.g. the input sequences of a fixed
     # pretrained model (whose effects then carry step 0: no training budget)
     replicates: str = "seeds"
+    test: Test = "difference"
 
     def __post_init__(self) -> None:
         if not self.key.startswith("ch") or "-score-" not in self.key:
@@ -275,6 +300,7 @@ class Claim:
                 f"a claim key looks like 'ch5-score-postnorm', got {self.key!r}"
             )
         require_choice("kind", self.kind, KINDS)
+        require_choice("test", self.test, TESTS)
         if self.kind == "measured" or self.sesoi is not None:
             require_number("sesoi", self.sesoi, 0.0, strict=True)
         if not any(tag in self.source for tag in ("[paper]", "[secondary]", "[ours]")):
@@ -299,7 +325,7 @@ class Claim:
                 "cell with both sides yet); allowed: at least one effect"
             )
         final = at_step(effects)
-        words = tuple(cell_word(e, self.sesoi) for e in final)
+        words = tuple(cell_word(e, self.sesoi, self.test) for e in final)
         estimate = pooled([e.interval for e in final])
         steps = sorted({e.step for e in effects})
         moving = False
@@ -372,12 +398,16 @@ class Claim:
         closest: tuple[float, float] | None = None
         for effect in decision.final:
             i = effect.interval
-            if decision.word == "reproduced":
+            narrow = i.at_level(1 - 2 * TOST_ALPHA)
+            if self.test == "at most" and decision.word == "reproduced":
+                slack = self.sesoi - narrow.high
+            elif self.test == "at most":  # reversed: above the bound
+                slack = i.low - self.sesoi
+            elif decision.word == "reproduced":
                 slack = min(i.low, i.mean - self.sesoi)
             elif decision.word == "reversed":
                 slack = -i.high
             else:
-                narrow = i.at_level(0.9)
                 slack = min(self.sesoi - narrow.high, narrow.low + self.sesoi)
             if closest is None or slack / max(i.se, 1e-12) < closest[0] / max(
                 closest[1], 1e-12
@@ -436,6 +466,7 @@ __all__ = [
     "CELL_WORDS",
     "KINDS",
     "MARGINS_FILE_VARIABLE",
+    "TESTS",
     "TV_SESOI",
     "VERDICTS",
     "Claim",

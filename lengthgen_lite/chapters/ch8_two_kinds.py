@@ -1,0 +1,276 @@
+"""Two kinds of dispersion: renormalise the output, or sharpen the softmax? Chapter 8.
+
+Both papers fix length generalisation by normalising the attention *output*; the wider
+literature sharpens the *softmax* with the length (Scalable-Softmax, Nakanishi 2025:
+logits x s log n with s learned per head; Chiang & Cholak 2022: x log n / log
+n_train). The chapter puts the two families side by side, as data:
+
+- part A (``SPECS["ch8/set_complement"]``): set complement, where the attention is
+  *correctly* uniform and the output is diluted like 1/s;
+- part B (``SPECS["ch8/retrieval"]``): chapter 4's argmax retrieval and dictionary
+  lookup, where the weight on the one right item fades toward 1/N;
+- part C (``SPECS["ch8/depth"]``): two layers, without positions (NoPE) and with RoPE.
+
+The prediction, a double dissociation, is declared before any run as the claims of
+:mod:`~lengthgen_lite.chapters.ch8_claims` (issue 37's P1-P4, each with its
+SESOI). P4, a test-time factor log N / log N_train on the model trained without
+scaling, is an evaluation axis: nothing trains for it (:func:`factor_set_values`,
+:func:`factor_accuracy`). The hand-made constructions of the proof and the slider's
+profiles are :mod:`~lengthgen_lite.chapters.ch8_mechanism`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+from torch import nn
+
+from ..core.model import Transformer, attention_logit_factor
+from ..core.retrieval import evaluate_sizes
+from ..core.task_registry import task_entry
+from ..core.validation import require_choice, require_int
+from ..runs import Results, Spec
+from .ch1_set_complement import BASELINE
+from .ch4_vanishing_variance import SPECS as CH4_SPECS
+
+SEEDS = (0, 1, 2)
+TARGETS = ("soft", "sampled")
+# Part A's variants: name -> Config fields (a norm placement, a logit scale or both)
+SET_VARIANTS: dict[str, dict[str, str]] = {
+    "none": {"norm": "none", "logit_scale": "none"},
+    "post": {"norm": "post", "logit_scale": "none"},
+    "attn_out": {"norm": "attn_out", "logit_scale": "none"},
+    "ssmax": {"norm": "none", "logit_scale": "ssmax"},
+    "logn": {"norm": "none", "logit_scale": "logn"},
+    "ssmax+attn_out": {"norm": "attn_out", "logit_scale": "ssmax"},
+}
+SHARPENERS = ("ssmax", "logn")  # sharpen the softmax with the length
+RENORMALISERS = ("attn_out", "post")  # renormalise the output
+# trained for the slider only (soft targets): the fixed factor with the output norm
+SLIDER_EXTRA = {"logn+attn_out": {"norm": "attn_out", "logit_scale": "logn"}}
+# the live run trains the first size; the reference sweep both (v, L)
+SET_SIZES = ({"v": 16, "train_length": 4}, {"v": 32, "train_length": 8})
+
+# Part B's variants, chapter 4's model and training (LN: a LayerNorm after the
+# attention output, chapter 4's "layernorm" variant)
+RETRIEVAL_VARIANTS: dict[str, dict[str, str]] = {
+    "none": {"norm": "none", "logit_scale": "none"},
+    "LN": {"norm": "attn_out", "logit_scale": "none"},
+    "ssmax": {"norm": "none", "logit_scale": "ssmax"},
+    "ssmax+LN": {"norm": "attn_out", "logit_scale": "ssmax"},
+}
+RETRIEVAL_TASKS = ("argmax_retrieval", "dictionary_lookup")
+# chapter 4's base at half its steps: the live run's share of the chapter's time budget
+# (the reference tier trains 6000)
+RETRIEVAL_BASE = {**CH4_SPECS["ch4/retrieval"].base, "steps": 500}
+N_TRAIN = 16  # the largest training set: where the lost accuracy is measured from
+REFERENCE_LRS = (1e-3, 3e-3)  # chapter 1's two learning rates; live: chapter 4's 3e-3
+# test sets per N: chapter 4 scores 500; 200 keep the live run in its budget (an
+# accuracy's sampling error at most 0.035 per model and N)
+RETRIEVAL_N_TEST = 200
+
+
+def _set_configs(sizes: Sequence[Mapping[str, int]]) -> list[dict[str, object]]:
+    return [
+        {**size, "targets": targets, **fields}
+        for size in sizes
+        for targets in TARGETS
+        for fields in SET_VARIANTS.values()
+    ]
+
+
+def _retrieval_configs(lrs: Sequence[float]) -> list[dict[str, object]]:
+    return [
+        {"task": task, "lr": lr, **fields}
+        for task in RETRIEVAL_TASKS
+        for lr in lrs
+        for fields in RETRIEVAL_VARIANTS.values()
+    ]
+
+
+SPECS: dict[str, Spec] = {
+    "ch8/set_complement": Spec(
+        name="ch8/set_complement",
+        description="set complement: sharpen the softmax (ssmax, logn) or renormalise "
+        "the output (post, attn_out), soft and sampled targets",
+        configs=_set_configs(SET_SIZES[:1])
+        + [{"targets": "soft", **f} for f in SLIDER_EXTRA.values()],
+        base={**BASELINE, "task": "set_complement"},
+        seeds=SEEDS,
+        # both sizes, the claims' variants only (10 seeds, 6000 steps, 1000 and 3000)
+        reference={"configs": _set_configs(SET_SIZES)},
+    ),
+    "ch8/retrieval": Spec(
+        name="ch8/retrieval",
+        description="argmax retrieval and dictionary lookup: no norm, LN after the "
+        "attention output, ssmax, ssmax + LN",
+        configs=_retrieval_configs(REFERENCE_LRS[1:]),
+        base=RETRIEVAL_BASE,
+        seeds=SEEDS,
+        n_test=RETRIEVAL_N_TEST,
+        # both learning rates, a constant rate after the warm-up (chapter 4's reason:
+        # a checkpoint is then the shorter run's end)
+        reference={
+            "configs": _retrieval_configs(REFERENCE_LRS),
+            "base": {"schedule": "constant"},
+        },
+    ),
+}
+
+
+# Part C: depth and positions (set complement, v = 32, L = 8, sampled targets; two
+# layers, 4 heads, d_model 64, MLP 256). "ssmax" here is SSMax's factor on the pre-norm
+# block with a final LN, the block most current models use (the book's choice).
+DEPTH_VARIANTS: dict[str, dict[str, str]] = {
+    "pre_final": {"norm": "pre_final", "logit_scale": "none"},
+    "post": {"norm": "post", "logit_scale": "none"},
+    "attn_out": {"norm": "attn_out", "logit_scale": "none"},
+    "ssmax": {"norm": "pre_final", "logit_scale": "ssmax"},
+}
+POSITIONS = ("none", "rope")  # NoPE, RoPE
+DEPTH_BASE = {
+    "task": "set_complement",
+    **SET_SIZES[1],
+    "targets": "sampled",
+    "n_layers": 2,
+    "n_heads": 4,
+    "d_mlp": 256,
+}
+# the live slice: NoPE, post-norm against pre_final (P5's first half); the reference
+# sweep trains the whole grid
+DEPTH_LIVE = ("pre_final", "post")
+
+SPECS["ch8/depth"] = Spec(
+    name="ch8/depth",
+    description="two layers on set complement (v = 32, L = 8, sampled targets): NoPE "
+    "and RoPE x pre_final, post, attn_out, ssmax",
+    configs=[{"positional": "none", **DEPTH_VARIANTS[n]} for n in DEPTH_LIVE],
+    base=DEPTH_BASE,
+    seeds=SEEDS,
+    reference={
+        "configs": [
+            {"positional": positional, **fields}
+            for positional in POSITIONS
+            for fields in DEPTH_VARIANTS.values()
+        ]
+    },
+)
+
+
+def variant_fields(variant: str, part: str = "set") -> dict[str, str]:
+    """The Config fields of a variant of part "set" (A) or "retrieval" (B)."""
+    table = {"set": {**SET_VARIANTS, **SLIDER_EXTRA}, "retrieval": RETRIEVAL_VARIANTS}
+    require_choice("part", part, tuple(table))
+    return table[part][require_choice("variant", variant, tuple(table[part]))]
+
+
+def set_values(
+    results: Results, column: str, targets: str, variant: str, **where: object
+) -> np.ndarray:
+    """``column`` ("tv_beyond") of one part-A variant, one value per seed: [K]."""
+    fields = variant_fields(variant)
+    return results.values(column, targets=targets, **fields, **where)
+
+
+def set_curves(
+    results: Results, metric: str, targets: str, variants: Sequence[str]
+) -> dict[str, np.ndarray]:
+    """Per-length ``metric`` of each part-A variant: name -> [K, len(s)]."""
+    return {
+        name: results.curves(metric, targets=targets, **variant_fields(name))
+        for name in variants
+    }
+
+
+def retrieval_curves(
+    results: Results, task: str, metric: str = "accuracy", **where: object
+) -> dict[str, np.ndarray]:
+    """Per-N ``metric`` of each part-B variant of ``task``: name -> [K, len(N)]."""
+    require_choice("task", task, RETRIEVAL_TASKS)
+    return {
+        name: results.curves(metric, task=task, **fields, **where)
+        for name, fields in RETRIEVAL_VARIANTS.items()
+    }
+
+
+def at_size(
+    results: Results, curves: np.ndarray, N: int, **where: object
+) -> np.ndarray:
+    """The column of ``curves`` [K, len(N)] at set size ``N``: [K]."""
+    sizes = [int(n) for n in results.lengths(**where)]
+    if N not in sizes:
+        raise ValueError(f"N={N!r} was not evaluated; allowed: {sizes}")
+    return curves[:, sizes.index(N)]
+
+
+def logn_twin(model: nn.Module, train_length: int) -> Transformer:
+    """``model`` (a set-complement Transformer trained without a logit scale) with the
+    test-time factor log n / log ``train_length`` on every query's logits, n the keys
+    it sees: the same weights in the "logn" model (which adds none). P4 on set
+    complement, where each position sees its own n (one number per forward, as
+    :func:`~lengthgen_lite.core.model.attention_logit_factor` sets, cannot do it)."""
+    require_int("train_length", train_length, minimum=2)
+    cfg = model.cfg
+    if cfg.logit_scale != "none" or type(model) is not Transformer:
+        raise ValueError(
+            f"model must be a Transformer with logit_scale='none', got "
+            f"{type(model).__name__} with {cfg.logit_scale!r}"
+        )
+    twin_cfg = dataclasses.replace(cfg, logit_scale="logn", scale_length=train_length)
+    twin = Transformer(twin_cfg)
+    twin.load_state_dict(model.state_dict())
+    return twin.eval()
+
+
+def factor_set_values(results: Results, targets: str) -> np.ndarray:
+    """P4 on set complement: TV beyond L of the no-norm models with the test-time
+    factor (:func:`logn_twin`), scored as the runner scores them: [K]."""
+    where = {"targets": targets, **SET_VARIANTS["none"]}
+    config = results.configs[results.select(**where)[0]["config"]]
+    setup = config.setup()
+    twins = [logn_twin(m, setup.train_length) for m in results.result(**where).models]
+    spec = results.spec
+    curves = task_entry(config.task).evaluate(
+        twins, setup, spec.n_test, spec.eval_seed, (1.0,)
+    )[1.0]
+    beyond = np.asarray(curves["s"]) > setup.train_length
+    return np.asarray(curves["tv"])[:, beyond].mean(axis=1)
+
+
+def factor_accuracy(
+    models: Sequence[nn.Module],
+    task: object,
+    sizes: Sequence[int],
+    n_test: int,
+    seed: int,
+    n_train: int = N_TRAIN,
+) -> np.ndarray:
+    """P4 on retrieval: each model's accuracy at every N with its attention logits x
+    log N / log ``n_train`` (chapter 4's evaluation, the same test sets): [K,
+    len(sizes)]."""
+    require_int("n_train", n_train, minimum=2)
+    out = np.zeros((len(models), len(sizes)))
+    for i, model in enumerate(models):
+        for j, N in enumerate(sizes):
+            with attention_logit_factor(model, math.log(N) / math.log(n_train)):
+                table = evaluate_sizes([model], task, (N,), n_test, seed)
+            out[i, j] = table["accuracy"][0, 0]
+    return out
+
+
+def factor_retrieval(results: Results) -> dict[str, np.ndarray]:
+    """:func:`factor_accuracy` of every task's no-norm models: task -> [K, len(N)]."""
+    out = {}
+    for task in RETRIEVAL_TASKS:
+        where = {"task": task, **RETRIEVAL_VARIANTS["none"]}
+        config = results.configs[results.select(**where)[0]["config"]]
+        setup = config.setup()
+        models = results.result(**where).models
+        spec = results.spec
+        out[task] = factor_accuracy(
+            models, setup.task, setup.sizes, spec.n_test, spec.eval_seed
+        )
+    return out

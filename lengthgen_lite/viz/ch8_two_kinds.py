@@ -1,0 +1,175 @@
+"""Chapter 8's figures and its slider: two kinds of dispersion.
+
+Plotting only: the numbers come from :mod:`lengthgen_lite.chapters.ch8_two_kinds`
+(part A and B's curves, the test-time factor) and
+:mod:`lengthgen_lite.chapters.ch8_mechanism` (the proof's margins, the slider's
+profiles).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+
+import numpy as np
+import plotly.graph_objects as go
+from matplotlib.figure import Figure
+from plotly.subplots import make_subplots
+
+from ..chapters.ch8_mechanism import OUTPUT_NORMS, SCALINGS, GapProfile, MarginTable
+from ..chapters.ch8_two_kinds import (
+    RETRIEVAL_TASKS,
+    SET_VARIANTS,
+    TARGETS,
+    Results,
+    retrieval_curves,
+    set_curves,
+)
+from .common import panels, plot_curves, plot_length_curves
+from .sliders import SliderFigure, static_slider_figure, training_band
+from .style import PALETTE
+
+N_LABEL = "set size N (log scale)"
+# one colour per variant, the same in every figure
+COLORS = {
+    name: PALETTE[i]
+    for i, name in enumerate([*SET_VARIANTS, "LN", "ssmax+LN", "none x log N"])
+}
+COLORS["LN"], COLORS["ssmax+LN"] = COLORS["attn_out"], COLORS["ssmax+attn_out"]
+DASHED = {name: "--" for name in ("ssmax", "logn", "none x log N")}
+
+
+def plot_set_variants(results: Results, *, train_length: int, title: str) -> Figure:
+    """Part A: TV by prefix length for every variant, soft (left) and sampled (right)
+    targets (mean over seeds, min-max band)."""
+    fig, axes = panels(2, width=5.6, height=3.9, title=title, sharey=True)
+    s = results.lengths(targets="soft", **SET_VARIANTS["none"])
+    for i, (ax, targets) in enumerate(zip(axes, TARGETS)):
+        plot_length_curves(
+            s,
+            set_curves(results, "tv", targets, tuple(SET_VARIANTS)),
+            train_length=train_length,
+            ylabel="TV to p* (0 = perfect)",
+            title=f"{targets} targets",
+            colors=COLORS,
+            linestyles=DASHED,
+            ylim=(0, 1),
+            legend="below" if i == 1 else False,
+            ax=ax,
+        )
+    return fig
+
+
+def plot_retrieval(
+    results: Results, factored: Mapping[str, np.ndarray], *, title: str
+) -> Figure:
+    """Part B: accuracy against N for every variant and, dashed, the no-norm models
+    with the test-time factor log N / log 16 (``factored``: task -> [K, len(N)])."""
+    fig, axes = panels(2, width=5.6, height=3.9, title=title, sharey=True)
+    for i, (ax, task) in enumerate(zip(axes, RETRIEVAL_TASKS)):
+        N = results.lengths(task=task, norm="none", logit_scale="none")
+        curves = {**retrieval_curves(results, task), "none x log N": factored[task]}
+        plot_curves(
+            N,
+            curves,
+            xlabel=N_LABEL,
+            ylabel="accuracy",
+            title=task.replace("_", " "),
+            shade=(N[0] / 1.3, 16 * 1.3, "trained N <= 16"),
+            colors=COLORS,
+            linestyles=DASHED,
+            log2_x=True,
+            ylim=(0, 1.02),
+            xticks=N,
+            legend="below" if i == 1 else False,
+            axis="N",
+            ax=ax,
+        )
+    return fig
+
+
+def plot_margins(table: MarginTable, *, title: str) -> Figure:
+    """The proof, checked: chapter 3's construction's margin against s (log scale),
+    averaged (2C/s), with the logits x ``table.factor`` (unchanged), and summed (C);
+    markers measured, lines predicted."""
+    fig, axes = panels(1, width=6.4, height=3.9, title=title)
+    ax = axes[0]
+    for i, (label, measured, law) in enumerate(
+        (
+            ("average (2C/s)", table.average, table.average_law),
+            (f"average, logits x {table.factor:g}", table.sharpened, table.average_law),
+            ("sum over present tokens (C)", table.summed, table.summed_law),
+        )
+    ):
+        marker = ("o", "x", "s")[i]
+        ax.plot(table.s, law, color=PALETTE[i], lw=1, alpha=0.7)
+        ax.plot(table.s, measured, marker, color=PALETTE[i], label=label, ms=6)
+    ax.set_yscale("log")
+    ax.set(xlabel="prefix length s", ylabel="logit margin", xticks=table.s)
+    ax.legend(fontsize="small", title="markers: measured, lines: predicted")
+    return fig
+
+
+def slider_draw(
+    profiles: Mapping[tuple[str, str], GapProfile], train_length: int
+) -> Callable[..., go.Figure]:
+    """``draw(s, scaling, norm)`` for the slider: the chosen model's attention entropy
+    / log s (left) and logit gap (right) at every length, with the length ``s``
+    marked."""
+    any_profile = next(iter(profiles.values()))
+    lengths = any_profile.s
+    gaps = np.stack([p.gap for p in profiles.values()])
+    gap_range = [min(0.0, float(gaps.min())) - 0.5, float(gaps.max()) + 0.5]
+
+    def draw(s: int, scaling: str, norm: str) -> go.Figure:
+        profile = profiles[(scaling, norm)]
+        fig = make_subplots(
+            rows=1,
+            cols=2,
+            subplot_titles=("attention entropy / log s", "logit gap (legal - illegal)"),
+        )
+        for col, values in ((1, profile.entropy_ratio), (2, profile.gap)):
+            fig.add_trace(
+                go.Scatter(x=lengths, y=values, mode="lines", showlegend=False),
+                row=1,
+                col=col,
+            )
+            fig.add_trace(
+                go.Scatter(
+                    x=[s],
+                    y=[values[s - 1]],
+                    mode="markers",
+                    marker={"size": 11},
+                    showlegend=False,
+                ),
+                row=1,
+                col=col,
+            )
+        fig.update_yaxes(range=[0, 1.05], row=1, col=1)
+        fig.update_yaxes(range=gap_range, row=1, col=2)
+        fig.update_xaxes(title_text="prefix length s")
+        fig.update_layout(
+            height=360,
+            margin={"t": 40, "b": 40},
+            shapes=[training_band(x, train_length) for x in ("x", "x2")],
+        )
+        return fig
+
+    return draw
+
+
+def slider_grid(profiles: Mapping[tuple[str, str], GapProfile]) -> dict[str, list]:
+    """The slider's axes: the length s, the logit scaling and the output norm."""
+    s = next(iter(profiles.values())).s
+    return {
+        "s": [int(x) for x in s],
+        "scaling": list(SCALINGS),
+        "norm": list(OUTPUT_NORMS),
+    }
+
+
+def slider_figure(
+    profiles: Mapping[tuple[str, str], GapProfile], train_length: int, *, name: str
+) -> SliderFigure:
+    """The book's static slider over :func:`slider_grid` of :func:`slider_draw`."""
+    draw = slider_draw(profiles, train_length)
+    return static_slider_figure(draw, slider_grid(profiles), name=name)

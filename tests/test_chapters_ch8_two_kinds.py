@@ -1,0 +1,122 @@
+"""Chapter 8: the specs at both tiers, the claims as declared, the test-time factor,
+the proof's margins and the readers on a tiny run."""
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from lengthgen_lite.chapters import ch8_claims
+from lengthgen_lite.chapters import ch8_mechanism as mech
+from lengthgen_lite.chapters import ch8_two_kinds as ch8
+from lengthgen_lite.core.model import (
+    ModelConfig,
+    Transformer,
+    attention_logit_factor,
+    init_model,
+)
+from lengthgen_lite.runs import run
+from lengthgen_lite.runs.claims import VERDICTS
+
+
+def test_specs_at_both_tiers():
+    live = ch8.SPECS["ch8/set_complement"]
+    assert len(live.configurations()) == 2 * len(ch8.SET_VARIANTS) + 1
+    reference = live.at_tier("reference")
+    assert len(reference.seeds) == 10 and reference.configurations()[0].steps == 6000
+    assert {(c.v, c.train_length) for c in reference.configurations()} == {
+        (16, 4),
+        (32, 8),
+    }
+    retrieval = ch8.SPECS["ch8/retrieval"]
+    assert {c.lr for c in retrieval.configurations()} == {3e-3}
+    ref = retrieval.at_tier("reference").configurations()
+    assert {c.lr for c in ref} == set(ch8.REFERENCE_LRS)
+    assert {c.schedule for c in ref} == {"constant"}
+    assert len(ref) == 2 * 2 * len(ch8.RETRIEVAL_VARIANTS)
+
+
+def test_claims_declare_the_pre_stated_sesois():
+    sesoi = {c.key: (c.sesoi, c.test) for c in ch8_claims.CLAIMS}
+    assert sesoi == {
+        "ch8-score-sharpen-set": (0.01, "at most"),
+        "ch8-score-renorm-set": (0.1, "difference"),
+        "ch8-score-ssmax-retrieval": (0.25, "difference"),
+        "ch8-score-ln-retrieval": (0.05, "at most"),
+        "ch8-score-combined-set": (0.01, "at most"),
+        "ch8-score-combined-retrieval": (0.03, "at most"),
+        "ch8-score-factor-set": (0.01, "at most"),
+        "ch8-score-factor-retrieval": (0.05, "difference"),
+    }
+
+
+def test_variant_fields_name_what_is_allowed():
+    assert ch8.variant_fields("ssmax+LN", "retrieval") == {
+        "norm": "attn_out",
+        "logit_scale": "ssmax",
+    }
+    with pytest.raises(ValueError, match="variant"):
+        ch8.variant_fields("LN")  # part A calls it attn_out
+
+
+def test_logn_twin_is_the_per_query_factor():
+    cfg = ModelConfig(vocab_size=8, d_model=16)
+    model = init_model(cfg, 0).eval()
+    twin = ch8.logn_twin(model, 4)
+    tokens = torch.tensor([[0, 1, 2, 3, 4, 5]])
+    # the last query sees 6 keys: its logits x log 6 / log 4, everything else equal
+    with torch.no_grad():
+        last = twin(tokens)[0, -1]
+    with attention_logit_factor(model, math.log(6) / math.log(4)), torch.no_grad():
+        expected = model(tokens)[0, -1]
+    torch.testing.assert_close(last, expected)
+    with pytest.raises(ValueError, match="logit_scale"):
+        ch8.logn_twin(
+            Transformer(ModelConfig(8, logit_scale="logn", scale_length=4)), 4
+        )
+
+
+def test_the_sum_removes_the_one_over_s_law():
+    table = mech.margin_table(8, 2.0)
+    np.testing.assert_allclose(table.average, table.average_law, atol=1e-9)
+    np.testing.assert_allclose(table.sharpened, table.average_law, atol=1e-9)
+    np.testing.assert_allclose(table.summed, table.summed_law, atol=1e-9)
+    assert (table.summed[1:] == pytest.approx(2.0)) and table.average[-1] < 1
+
+
+def test_a_tiny_run_gives_every_claim_a_word():
+    tiny = {"steps": 20, "seeds": 2}
+    set_results = run(
+        ch8.SPECS["ch8/set_complement"].with_overrides(**tiny), progress=False
+    )
+    retrieval = run(
+        ch8.SPECS["ch8/retrieval"].with_overrides(**tiny, n_test=10), progress=False
+    )
+    factored = ch8.factor_retrieval(retrieval)
+    assert factored["argmax_retrieval"].shape == (2, 8)
+    decisions = ch8_claims.scorecard(set_results, retrieval, factored)
+    assert [d.claim for d in decisions] == list(ch8_claims.CLAIMS)
+    profiles = mech.slider_profiles(set_results, n_sequences=20)
+    assert set(profiles) == set(mech.SLIDER_VARIANTS)
+
+
+def test_depth_spec_and_its_claims():
+    live = ch8.SPECS["ch8/depth"]
+    assert [(c.positional, c.norm) for c in live.configurations()] == [
+        ("none", "pre_final"),
+        ("none", "post"),
+    ]
+    reference = live.at_tier("reference").configurations()
+    assert {c.positional for c in reference} == {"none", "rope"} and len(reference) == 8
+    assert {(c.n_layers, c.v, c.targets) for c in reference} == {(2, 32, "sampled")}
+    depth = run(live.with_overrides(steps=20, seeds=2), progress=False)
+    (effect,) = ch8_claims.depth_effects(depth)
+    assert effect.cell == {"variant": "post"} and effect.interval.n == 2
+    assert ch8_claims.DEPTH_CLAIM.decide([effect]).word in VERDICTS
+    rope = [
+        {"positional": "rope", **ch8.DEPTH_VARIANTS[n]} for n in ("post", "attn_out")
+    ]
+    rope_run = run(live.with_overrides(configs=rope, steps=20, seeds=2), progress=False)
+    effects = ch8_claims.rope_effects(rope_run)
+    assert [e.cell["variant"] for e in effects] == ["post", "attn_out"]
