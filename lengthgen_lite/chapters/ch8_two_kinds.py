@@ -63,9 +63,10 @@ RETRIEVAL_VARIANTS: dict[str, dict[str, str]] = {
     "ssmax+LN": {"norm": "attn_out", "logit_scale": "ssmax"},
 }
 RETRIEVAL_TASKS = ("argmax_retrieval", "dictionary_lookup")
-# chapter 4's base at half its steps: the live run's share of the chapter's time budget
-# (the reference tier trains 6000)
-RETRIEVAL_BASE = {**CH4_SPECS["ch4/retrieval"].base, "steps": 500}
+# chapter 4's base, 1000 steps (the reference tier trains 6000): with retrieval on the
+# fast path (query-only forward, token tables, one stacked evaluation) it fits the
+# chapter's time budget; before it, the live run had to stop at 500
+RETRIEVAL_BASE = CH4_SPECS["ch4/retrieval"].base
 N_TRAIN = 16  # the largest training set: where the lost accuracy is measured from
 REFERENCE_LRS = (1e-3, 3e-3)  # chapter 1's two learning rates; live: chapter 4's 3e-3
 # test sets per N: chapter 4 scores 500; 200 keep the live run in its budget (an

@@ -24,7 +24,7 @@ from ..chapters.ch8_two_kinds import (
     retrieval_curves,
     set_curves,
 )
-from .common import panels, plot_curves, plot_length_curves
+from .common import panels, plain_log_ticks, plot_curves, plot_length_curves
 from .sliders import SliderFigure, static_slider_figure, training_band
 from .style import PALETTE
 
@@ -104,6 +104,7 @@ def plot_margins(table: MarginTable, *, title: str) -> Figure:
         ax.plot(table.s, law, color=PALETTE[i], lw=1, alpha=0.7)
         ax.plot(table.s, measured, marker, color=PALETTE[i], label=label, ms=6)
     ax.set_yscale("log")
+    plain_log_ticks(ax)
     ax.set(xlabel="prefix length s", ylabel="logit margin", xticks=table.s)
     ax.legend(fontsize="small", title="markers: measured, lines: predicted")
     return fig
