@@ -18,6 +18,7 @@ import sys
 import tomllib
 import zipfile
 
+import pytest
 import yaml
 from setuptools import build_meta
 
@@ -288,3 +289,26 @@ def test_the_wheel_carries_the_reference_store(tmp_path):
         n.removeprefix("lengthgen_lite/") for n in names
     }
     assert not missing, f"the wheel lacks {len(missing)} stored sweep files"
+
+
+def git(*args: str) -> str:
+    return subprocess.run(
+        ["git", *args], cwd=ROOT, capture_output=True, text=True, check=True
+    ).stdout
+
+
+def test_every_release_tag_names_its_commits_version():
+    """A tag v<version> sits on a commit whose pyproject.toml, CITATION.cff and newest
+    CHANGELOG heading give that version (a release tags the commit that bumps it)."""
+    if not (ROOT / ".git").exists():
+        pytest.skip("not a git checkout (an unpacked sdist)")
+    tags = git("tag", "--list", "v*").split()
+    for tag in tags:
+        at = tag + ":"
+        project = tomllib.loads(git("show", at + "pyproject.toml"))["project"]
+        assert f"v{project['version']}" == tag, f"{tag} tags version {project}"
+        cff = yaml.safe_load(git("show", at + "CITATION.cff"))
+        assert f"v{cff['version']}" == tag
+        changelog = git("show", at + "CHANGELOG.md")
+        newest = re.search(r"^## (\d[\w.]*)", changelog, re.M)
+        assert newest and f"v{newest.group(1)}" == tag, f"{tag}: changelog's newest"
