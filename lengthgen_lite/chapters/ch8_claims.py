@@ -180,8 +180,9 @@ def factor_retrieval_effects(
     results: Results, factored: Mapping[str, np.ndarray]
 ) -> list[Effect]:
     """P4 on retrieval (live run): the share of the lost accuracy the test-time factor
-    recovers on the no-norm models (``factored``: :func:`factor_retrieval`), per seed,
-    one cell per task."""
+    recovers on the no-norm models (``factored``:
+    :func:`~lengthgen_lite.chapters.ch8_two_kinds.factor_retrieval`), per seed, one
+    cell per task."""
     out = []
     for task in RETRIEVAL_TASKS:
         lr = results.configs[results.select(task=task)[0]["config"]].lr
@@ -238,7 +239,7 @@ def retrieval_scorecard(
 def scorecard(
     set_results: Results, retrieval: Results, factored: Mapping[str, np.ndarray]
 ) -> list[Decision]:
-    """The chapter's eight scorecard rows (P1-P4), in :data:`CLAIMS` order."""
+    """The chapter's eight scorecard rows (P1-P4), in ``CLAIMS`` order."""
     decided = set_scorecard(set_results) | retrieval_scorecard(retrieval, factored)
     return [decided[claim.key] for claim in CLAIMS]
 

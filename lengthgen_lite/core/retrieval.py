@@ -231,7 +231,7 @@ class DictionaryLookup(_SetRetrieval):
     def sample_fast_batches(
         self, batch: int, size: int, generators: Sequence[torch.Generator]
     ) -> Batch:
-        """Batches from the distribution of :meth:`sample_train_batches`, with other
+        """Batches from the distribution of ``sample_train_batches``, with other
         draws: training's fast path (``core.fast_path``).
 
         The N distinct keys are N uniform draws from ``n_keys``, a row drawn again
@@ -239,7 +239,7 @@ class DictionaryLookup(_SetRetrieval):
         16 of 1024 keys about one row in nine is redrawn), instead of ``n_keys``
         uniforms and a sort per example (1024 of them for sets of at most 16, most
         of a training step's draws). Sizes with N(N - 1) > n_keys, where rejection
-        would redraw most rows, draw as :meth:`sample_train_batches` does.
+        would redraw most rows, draw as ``sample_train_batches`` does.
         """
         self.check_draw(batch, size, generators)
         if size * (size - 1) > self.n_keys:
