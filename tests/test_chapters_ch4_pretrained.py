@@ -7,7 +7,6 @@ import torch
 from lengthgen_lite.chapters import ch4_pretrained as pretrained
 from lengthgen_lite.core.pretrained import (
     load_minilm,
-    offline,
     random_init_like,
     random_token_sequences,
 )
@@ -65,21 +64,10 @@ def test_std_table_shapes_and_determinism(tiny):
 
 
 def test_models_without_attention_weights_are_rejected():
-    offline()
-    from transformers import BertConfig, BertModel
-
-    cfg = BertConfig(
-        vocab_size=2100,
-        hidden_size=16,
-        num_hidden_layers=1,
-        num_attention_heads=2,
-        intermediate_size=32,
-        max_position_embeddings=64,
-        attn_implementation="sdpa",
-    )
+    model = tiny_bert(2100, attn_implementation="sdpa").eval()
     with pytest.raises(ValueError, match="attn_implementation='eager'"):
         pretrained.layer0_attention_outputs(
-            BertModel(cfg).eval(), torch.zeros(1, 8, dtype=torch.long) + 2000, [1]
+            model, torch.zeros(1, 8, dtype=torch.long) + 2000, [1]
         )
 
 

@@ -73,14 +73,15 @@ def assert_same_training(a, b, v):
                 torch.testing.assert_close(p, q, rtol=1e-4, atol=1e-5, msg=key)
 
 
-def train_paths(model_cfg, cfg, paths, **kwargs):
-    """The same training (TASK, SEEDS) on each of ``paths``: path -> TrainResult."""
+def train_paths(model_cfg, cfg, paths, task=TASK, seeds=SEEDS, **kwargs):
+    """The same training (TASK, SEEDS unless given) on each of ``paths``: path ->
+    TrainResult."""
     return {
         path: train(
             model_cfg,
-            TASK,
+            task,
             replace(cfg, path=path),
-            seeds=SEEDS,
+            seeds=seeds,
             progress=False,
             **kwargs,
         )
@@ -388,19 +389,17 @@ def test_the_retrieval_model_trains_alike_on_every_path(options, label):
         model_cfg, task, replace(cfg, path="auto"), 2, RetrievalTransformer
     )
     assert plan.label == label
-    losses = [
-        train(
-            model_cfg,
-            task,
-            replace(cfg, path=path),
-            seeds=[0, 1],
-            model_class=RetrievalTransformer,
-            progress=False,
-        ).loss
-        for path in ("reference", "auto")
-    ]
-    np.testing.assert_allclose(losses[1], losses[0], rtol=1e-5, atol=0)
-    assert np.isfinite(losses[0]).all()
+    runs = train_paths(
+        model_cfg,
+        cfg,
+        ("reference", "auto"),
+        task=task,
+        seeds=[0, 1],
+        model_class=RetrievalTransformer,
+    )
+    reference, auto = runs["reference"].loss, runs["auto"].loss
+    np.testing.assert_allclose(auto, reference, rtol=1e-5, atol=0)
+    assert np.isfinite(reference).all()
 
 
 @pytest.mark.parametrize("tables", [False, True])
@@ -448,18 +447,17 @@ def test_the_compiled_retrieval_step_trains_what_the_reference_path_trains(
     assert plan_path(
         model_cfg, task, replace(cfg, path="compiled"), 2, RetrievalTransformer
     ).label == ("query_only + token_tables + compiled")
-    losses = [
-        train(
-            model_cfg,
-            task,
-            replace(cfg, path=path),
-            seeds=[0, 1],
-            model_class=RetrievalTransformer,
-            progress=False,
-        ).loss
-        for path in ("reference", "compiled")
-    ]
-    np.testing.assert_allclose(losses[1], losses[0], rtol=1e-5, atol=0)
+    runs = train_paths(
+        model_cfg,
+        cfg,
+        ("reference", "compiled"),
+        task=task,
+        seeds=[0, 1],
+        model_class=RetrievalTransformer,
+    )
+    np.testing.assert_allclose(
+        runs["compiled"].loss, runs["reference"].loss, rtol=1e-5, atol=0
+    )
 
 
 def test_auto_compiles_the_retrieval_step_only_for_long_trainings():
