@@ -24,7 +24,9 @@ def cell_label(cell: dict) -> str:
 
 def plot_effects(claim: Decision, ylabel: str, ax: Axes | None = None) -> Axes:
     """A forest plot: one row per cell, the effect's mean and 95% interval at each
-    budget (one colour per step); right of the dashed zero line the claim holds."""
+    budget (one colour per step); the dashed line is zero, the dotted one the claim's
+    SESOI (a difference helps right of zero with its mean past the SESOI; an "at most"
+    claim holds where the interval ends left of the SESOI)."""
     effects = claim.effects
     cells = list(dict.fromkeys(cell_label(e.cell) for e in effects))
     steps = sorted({e.step for e in effects})
@@ -49,6 +51,8 @@ def plot_effects(claim: Decision, ylabel: str, ax: Axes | None = None) -> Axes:
             label=f"{step} steps",
         )
     ax.axvline(0, color="0.3", linestyle="--", linewidth=1)
+    sesoi = claim.claim.sesoi
+    ax.axvline(sesoi, color="0.3", linestyle=":", linewidth=1, label=f"SESOI {sesoi:g}")
     ax.set_yticks(range(len(cells)), cells, fontsize=8)
     ax.invert_yaxis()
     ax.set_xlabel(ylabel)
@@ -69,7 +73,7 @@ def effects_frame(claim: Decision, digits: int = 3) -> pd.DataFrame:
             {"cell": cell_label(e.cell), "step": e.step}
             | {
                 "effect [95% CI]": e.interval.text(digits),
-                "word": cell_word(e, sesoi),
+                "word": cell_word(e, sesoi, claim.claim.test),
                 "unstable seeds": e.unstable,
             }
         )
