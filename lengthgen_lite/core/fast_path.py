@@ -441,7 +441,7 @@ def compiled_step(
     # the init scale changes the weights, not the graph
     graph_cfg = dataclasses.replace(model_cfg, init="book")
     key = (graph_cfg, type(template), tuple(forward_kwargs.items()), K, decays)
-    key += (cfg.batch, size, beta1, beta2, eps)
+    key += (cfg.batch, size, cfg.precision, beta1, beta2, eps)
     if key not in _COMPILED:
         gradients = traced_gradients()
 
