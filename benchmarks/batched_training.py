@@ -57,11 +57,17 @@ def cpu_time(fn, repeats: int) -> float:
 
 
 def matmul_seconds(
-    k: int, rows: int, d_in: int, d_out: int, repeats: int = 30
+    k: int,
+    rows: int,
+    d_in: int,
+    d_out: int,
+    repeats: int = 30,
+    dtype: torch.dtype = torch.float32,
 ) -> float:
-    """CPU seconds of one [k, rows, d_in] @ [k, d_in, d_out] batched matmul (minimum
-    over repeats)."""
-    a, b = torch.randn(k, rows, d_in), torch.randn(k, d_in, d_out)
+    """CPU seconds of one [k, rows, d_in] @ [k, d_in, d_out] batched matmul in
+    ``dtype`` (minimum over repeats)."""
+    a = torch.randn(k, rows, d_in).to(dtype)
+    b = torch.randn(k, d_in, d_out).to(dtype)
     for _ in range(5):
         torch.bmm(a, b)
     return cpu_time(lambda: torch.bmm(a, b), repeats)

@@ -5,30 +5,32 @@ For each chapter's main training, CPU ms per seed-step (one optimiser step of on
 on the reference path, the eager fast path and the compiled fast path, interleaved and
 repeated in one process: the medians over repeats, and the speed-ups as the medians of
 each repeat's ratio (the machine may be shared: only ratios measured side by side mean
-much). The compile cost is the first compiled step's wall seconds less a steady step:
-with an empty inductor cache (cold), with a warm cache but a fresh trace (warm: a new
-process, e.g. a notebook re-executed), and in a later training of the same shapes, which
-reuses the compiled step (reused). Per-step times come from an averager that only reads
-the clock (``train`` calls it after every step), so the first step (data chunk, compile)
-is timed apart from the rest. The arithmetic limit of a step is its matmul FLOPs (fast
-path: token tables for Q/K/V and W_O) divided by the measured throughput of a
+much). The compile cost is what a fresh process pays (``compile_cost.py``): with an
+empty inductor cache (cold: a notebook's first execution) and with a warm one (every
+re-execution); and, in-process, what a later training of the same shapes pays, which
+reuses the compiled step (reused: the first step's wall seconds less a steady step).
+Per-step times come from an averager that only reads the clock (``train`` calls it
+after every step), so the first step (data chunk, compile) is timed apart from the
+rest. The arithmetic limit of a step is its matmul FLOPs (fast path: token tables for
+Q/K/V and W_O in the first layer) divided by the measured throughput of a
 [K, batch * pos, d] x [K, d, d] batched matmul.
 """
 
 from __future__ import annotations
 
-import os
-import tempfile
+import pathlib
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 import numpy as np
 import torch
 from batched_training import matmul_seconds
+from compile_cost import compile_cost
 
 from lengthgen_lite.chapters import ch1_set_complement as ch1
 from lengthgen_lite.chapters import ch7_beyond_set_complement as ch7
-from lengthgen_lite.core import fast_path as core_fast_path
+from lengthgen_lite.chapters import ch8_two_kinds as ch8
 from lengthgen_lite.core.averaging import make_bema, make_ema
 from lengthgen_lite.core.fast_path import plan_path
 from lengthgen_lite.core.model import ModelConfig
@@ -147,71 +149,84 @@ def timed(run: Run, path: str) -> tuple[float, float, float]:
     return 1e3 * cpu[1:].mean() / run.seeds, float(np.median(wall[1:])), float(wall[0])
 
 
-def matmul_flops(run: Run, tables: bool) -> float:
+def matmul_flops(model: ModelConfig, batch: int, T: int, tables: bool) -> float:
     """Matmul FLOPs of one seed-step (forward, input and weight gradients: 3 x 2mnk
-    each), one layer."""
-    m, batch = run.model_cfg, run.train_cfg.batch
-    (T,) = run.task.train_sizes()
+    each), every layer: Q, K, V, W_O, the attention's two products, the MLP, the
+    unembedding."""
+    m = model
     inner, rows = m.n_heads * m.head_dim, batch * T
-    # tables: Q, K, V and W_O on v rows, pattern @ (V W_O) at d_model per head
-    table_rows = m.vocab_size if tables else rows
-    forward = (
-        3 * table_rows * m.d_model * inner
-        + table_rows * inner * m.d_model
-        + rows * m.d_model * m.output_size
-    )
-    value_width = m.d_model if tables else m.head_dim
-    # scores, then pattern @ v
-    forward += batch * m.n_heads * T * T * (m.head_dim + value_width)
+    forward = rows * m.d_model * m.output_size
+    for layer in range(m.n_layers):
+        # tables (first layer): Q, K, V and W_O on v rows, pattern @ (V W_O) at
+        # d_model per head
+        table = tables and layer == 0
+        forward += 4 * (m.vocab_size if table else rows) * m.d_model * inner
+        # scores, then pattern @ v
+        value_width = m.d_model if table else m.head_dim
+        forward += batch * m.n_heads * T * T * (m.head_dim + value_width)
+        forward += 2 * rows * m.d_model * m.d_mlp
     return 3 * 2 * forward
+
+
+def matmul_gflops(run: Run, dtype: torch.dtype = torch.float32) -> float:
+    """Measured GFLOP/s of the [K, batch * pos, d] x [K, d, d] batched matmul of
+    ``run``'s shapes in ``dtype``."""
+    K, batch, d = run.seeds, run.train_cfg.batch, run.model_cfg.d_model
+    (T,) = run.task.train_sizes()
+    return (
+        2 * K * batch * T * d**2 / matmul_seconds(K, batch * T, d, d, dtype=dtype) / 1e9
+    )
+
+
+def fresh_compile_cost(
+    make_runs: Callable[[int], list[Run]],
+    index: int,
+    steps: int,
+    precision: str = "float32",
+) -> dict[str, float]:
+    """:func:`compile_cost.compile_cost` of ``make_runs(steps)[index]`` (a function of
+    this module), compiled in ``precision``."""
+    return compile_cost(
+        f"""
+from dataclasses import replace
+from fast_path import {make_runs.__name__}
+run = {make_runs.__name__}({steps})[{index}]
+cfg = replace(run.train_cfg, steps=20, warmup=10, path="compiled")
+cfg = replace(cfg, precision={precision!r})
+args = (run.model_cfg, run.task, cfg, list(range(run.seeds)))
+kwargs = {{"averagers": run.averagers}}
+"""
+    )
 
 
 def fast_path(steps: int, repeats: int) -> list[dict[str, object]]:
     """One row per chapter: ms per seed-step per path (median over interleaved
-    repeats), speed-ups (median of the repeats' ratios), compile cost cold, warm and
-    reused, break-even seed-steps, the arithmetic limit. Needs ``repeats >= 3`` (cold,
-    warm, reused)."""
-    if repeats < 3:
-        raise ValueError(f"repeats must be >= 3 (cold, warm, reused), got {repeats}")
+    repeats), speed-ups (median of the repeats' ratios), compile cost cold and warm
+    (fresh processes) and reused (in-process), break-even seed-steps (from the warm
+    cost), the arithmetic limit. Needs ``repeats >= 2`` (the first compiles, later
+    ones reuse)."""
+    if repeats < 2:
+        raise ValueError(f"repeats must be >= 2 (compile, reuse), got {repeats}")
     rows = []
-    cache = os.environ.get("TORCHINDUCTOR_CACHE_DIR")
-    for run in chapter_runs(steps):
+    for index, run in enumerate(chapter_runs(steps)):
         ms: dict[str, list[float]] = {path: [] for path in PATHS}
-        compile_s: list[float] = []
-        with tempfile.TemporaryDirectory() as cold:
-            # the first compiled training compiles from scratch
-            os.environ["TORCHINDUCTOR_CACHE_DIR"] = cold
-            for repeat in range(repeats):
-                # each repeat starts with another path, so none always runs first
-                # or last (a machine whose speed drifts would favour one)
-                first = repeat % len(PATHS)
-                for path in PATHS[first:] + PATHS[:first]:
-                    if path == "compiled" and repeat < 2:
-                        # trace again (cold, then warm: as a new process would);
-                        # later repeats reuse the step
-                        core_fast_path._COMPILED.clear()
-                        torch._dynamo.reset()
-                    cpu_ms, step_wall, first_wall = timed(run, path)
-                    ms[path].append(cpu_ms)
-                    if path == "compiled":
-                        compile_s.append(first_wall - step_wall)
+        reused_s: list[float] = []
+        for repeat in range(repeats):
+            # each repeat starts with another path, so none always runs first or last
+            # (a machine whose speed drifts would favour one)
+            first = repeat % len(PATHS)
+            for path in PATHS[first:] + PATHS[:first]:
+                cpu_ms, step_wall, first_wall = timed(run, path)
+                ms[path].append(cpu_ms)
+                if path == "compiled" and repeat > 0:
+                    reused_s.append(first_wall - step_wall)
         best = {path: float(np.median(values)) for path, values in ms.items()}
         ratios = {path: np.divide(ms["reference"], ms[path]) for path in PATHS}
         ratio = {path: float(np.median(values)) for path, values in ratios.items()}
         K = run.seeds
         (T,) = run.task.train_sizes()
-        gflops = (
-            2
-            * K
-            * run.train_cfg.batch
-            * T
-            * run.model_cfg.d_model**2
-            / matmul_seconds(
-                K, run.train_cfg.batch * T, run.model_cfg.d_model, run.model_cfg.d_model
-            )
-            / 1e9
-        )
-        warm, reused = compile_s[1], float(np.median(compile_s[2:]))
+        gflops = matmul_gflops(run)
+        compiled = fresh_compile_cost(chapter_runs, index, steps)
         saving_ms = best["fast"] - best["compiled"]
         rows.append(
             {
@@ -236,21 +251,136 @@ def fast_path(steps: int, repeats: int) -> list[dict[str, object]]:
                 "repeats_ms": {
                     path: [round(v, 3) for v in values] for path, values in ms.items()
                 },
-                "compile_cold_s": round(compile_s[0], 1),
-                "compile_warm_s": round(warm, 1),
-                "compile_reused_s": round(reused, 2),
-                "break_even_seed_steps": round(1e3 * warm / saving_ms)
+                **compiled,
+                "compile_reused_s": round(float(np.median(reused_s)), 2),
+                # seed-steps whose saving pays a fresh process's warm compile
+                "break_even_seed_steps": round(
+                    1e3 * compiled["compile_warm_s"] / saving_ms
+                )
                 if saving_ms > 0
                 else None,
                 "matmul_gflops": round(gflops, 1),
-                "limit_ms": round(matmul_flops(run, tables=True) / gflops / 1e6, 3),
+                "limit_ms": round(
+                    matmul_flops(run.model_cfg, run.train_cfg.batch, T, True)
+                    / gflops
+                    / 1e6,
+                    3,
+                ),
                 "reference_limit_ms": round(
-                    matmul_flops(run, tables=False) / gflops / 1e6, 3
+                    matmul_flops(run.model_cfg, run.train_cfg.batch, T, False)
+                    / gflops
+                    / 1e6,
+                    3,
                 ),
             }
         )
-    if cache is None:
-        os.environ.pop("TORCHINDUCTOR_CACHE_DIR")
+    return rows
+
+
+# the two-layer step's variants: (path, precision)
+DEPTH_VARIANTS = tuple(
+    (path, precision)
+    for path in ("fast", "compiled")
+    for precision in ("float32", "bfloat16")
+)
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
+# /proc/cpuinfo flags of native bf16 arithmetic (x86: AVX512_BF16, AMX; ARM: BF16)
+BF16_FLAGS = ("avx512_bf16", "amx_bf16", "bf16")
+
+
+def bf16_support() -> dict[str, object]:
+    """torch's CPU capability and the CPU's native bf16 flags (None: /proc/cpuinfo not
+    readable). Without them bf16 runs emulated: its speed says nothing of another
+    machine's."""
+    try:
+        text = pathlib.Path("/proc/cpuinfo").read_text()
+    except OSError:
+        flags = None
     else:
-        os.environ["TORCHINDUCTOR_CACHE_DIR"] = cache
+        words = {
+            word
+            for line in text.splitlines()
+            if line.split(":")[0].strip() in ("flags", "Features")
+            for word in line.partition(":")[2].split()
+        }
+        flags = [flag for flag in BF16_FLAGS if flag in words]
+    return {
+        "cpu_capability": torch.backends.cpu.get_cpu_capability(),
+        "bf16_flags": flags,
+        "native_bf16": None if flags is None else bool(flags),
+    }
+
+
+def depth_runs(steps: int) -> list[Run]:
+    """Chapter 8's part C (``SPECS["ch8/depth"]``: two layers, 4 heads, v = 32,
+    L = 8, batch 128, sampled targets): its live configurations (d_model 64, MLP 256),
+    then issue 36's wider case (d_model 128, MLP 512, the first one's norm)."""
+    spec = ch8.SPECS["ch8/depth"]
+    configs = list(spec.configurations())
+    configs.append(replace(configs[0], d_model=128, d_mlp=512))
+    return [
+        Run(
+            f"ch8 depth {config.norm} d={config.d_model}",
+            config.model_config(),
+            config.setup().task,
+            replace(config, steps=steps).train_config(),
+            len(spec.seeds),
+            {},
+        )
+        for config in configs
+    ]
+
+
+def depth(steps: int, repeats: int, compile_costs: bool) -> list[dict[str, object]]:
+    """One row per two-layer model: CPU ms per seed-step of the eager and compiled
+    fast path in float32 and bfloat16 (median over interleaved repeats; speed-ups of
+    bf16 the median of each repeat's ratio), each dtype's arithmetic limit (the
+    step's matmul FLOPs over that dtype's measured batched-matmul throughput), and
+    with ``compile_costs`` each dtype's compile cost in a fresh process."""
+    rows = []
+    for index, run in enumerate(depth_runs(steps)):
+        ms: dict[tuple[str, str], list[float]] = {v: [] for v in DEPTH_VARIANTS}
+        for repeat in range(repeats):
+            first = repeat % len(DEPTH_VARIANTS)
+            for path, precision in DEPTH_VARIANTS[first:] + DEPTH_VARIANTS[:first]:
+                cfg = replace(run.train_cfg, precision=precision)
+                cpu_ms, _, _ = timed(replace(run, train_cfg=cfg), path)
+                ms[path, precision].append(cpu_ms)
+        (T,) = run.task.train_sizes()
+        flops = matmul_flops(run.model_cfg, run.train_cfg.batch, T, tables=True)
+        gflops = {name: matmul_gflops(run, dtype) for name, dtype in DTYPES.items()}
+        row: dict[str, object] = {
+            "model": run.chapter,
+            "seeds": run.seeds,
+            "batch": run.train_cfg.batch,
+            "positions": T,
+            "d_model": run.model_cfg.d_model,
+            "d_mlp": run.model_cfg.d_mlp,
+            "n_layers": run.model_cfg.n_layers,
+            **{
+                f"{path}_{precision}_ms": round(float(np.median(values)), 3)
+                for (path, precision), values in ms.items()
+            },
+            **{
+                f"{path}_bf16_speedup": round(
+                    float(
+                        np.median(np.divide(ms[path, "float32"], ms[path, "bfloat16"]))
+                    ),
+                    2,
+                )
+                for path in ("fast", "compiled")
+            },
+            "repeats_ms": {
+                f"{path} {precision}": [round(v, 3) for v in values]
+                for (path, precision), values in ms.items()
+            },
+        }
+        for name in DTYPES:
+            row[f"matmul_gflops_{name}"] = round(gflops[name], 1)
+            row[f"limit_{name}_ms"] = round(flops / gflops[name] / 1e6, 3)
+        if compile_costs:
+            for name in DTYPES:
+                cost = fresh_compile_cost(depth_runs, index, steps, name)
+                row |= {f"{key}_{name}": value for key, value in cost.items()}
+        rows.append(row)
     return rows

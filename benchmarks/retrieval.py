@@ -19,25 +19,18 @@ The variants run interleaved and repeated in one process: ms are medians over re
 speed-ups medians of each repeat's ratio. Then the evaluation of one scoring (ten
 models, every N from 8 to 1024, ``n_test`` test sets per N): per-model
 ``evaluate_retrieval`` (before) against the stacked ``evaluate_sizes`` (after), wall
-seconds, medians. With ``--compiled``, the compile cost of one configuration's step
-in a fresh process: with an empty inductor cache (cold) and again in another fresh
-process with the cache the first one filled (warm); wall seconds of a compiled
-training's first call less the same training's second call in that process (which
-reuses the graph).
+seconds, medians. With ``--compiled``, the compile cost of each configuration's step
+in a fresh process, cold and warm inductor cache (``compile_cost.py``).
 """
 
 from __future__ import annotations
 
 import argparse
-import json
-import os
-import subprocess
-import sys
-import tempfile
 import time
 from dataclasses import replace
 
 import numpy as np
+from compile_cost import compile_cost
 
 from lengthgen_lite.chapters.ch4_vanishing_variance import SPECS
 from lengthgen_lite.core import training
@@ -136,39 +129,20 @@ def label(config: Config) -> str:
     return " ".join(parts)
 
 
-COMPILE_COST = """
-import json, time
+def fresh_compile_cost(index: int) -> dict[str, float]:
+    """:func:`compile_cost.compile_cost` of the reference sweep's configuration
+    ``index``, 20 steps, ten seeds."""
+    return compile_cost(
+        f"""
 from dataclasses import replace
 from lengthgen_lite.chapters.ch4_vanishing_variance import SPECS
 from lengthgen_lite.core.task_registry import task_entry
-from lengthgen_lite.core.training import train
 config = SPECS["ch4/retrieval"].at_tier("reference").configurations()[{index}]
 cfg = replace(config.train_config(), steps=20, warmup=10, path="compiled")
-seconds = []
-for _ in range(2):
-    start = time.perf_counter()
-    train(config.model_config(), config.setup().task, cfg, list(range(10)),
-          model_class=task_entry(config.task).model, progress=False)
-    seconds.append(time.perf_counter() - start)
-print(json.dumps(seconds[0] - seconds[1]))
+args = (config.model_config(), config.setup().task, cfg, list(range(10)))
+kwargs = {{"model_class": task_entry(config.task).model}}
 """
-
-
-def compile_cost(index: int) -> dict[str, float]:
-    """Wall seconds of compiling configuration ``index``'s step in a fresh process:
-    cold (an empty inductor cache), then warm (the cache the cold run filled)."""
-    out = {}
-    with tempfile.TemporaryDirectory() as cache:
-        for name in ("cold", "warm"):
-            run = subprocess.run(
-                [sys.executable, "-c", COMPILE_COST.format(index=index)],
-                env={**os.environ, "TORCHINDUCTOR_CACHE_DIR": cache},
-                capture_output=True,
-                text=True,
-                check=True,
-            )
-            out[f"compile_{name}_s"] = round(json.loads(run.stdout), 1)
-    return out
+    )
 
 
 def retrieval(
@@ -204,7 +178,7 @@ def retrieval(
         }
         if compiled:
             index = SPECS["ch4/retrieval"].at_tier("reference").configurations()
-            row |= compile_cost(index.index(config))
+            row |= fresh_compile_cost(index.index(config))
         print(row, flush=True)
         rows.append(row)
     return {

@@ -21,9 +21,12 @@ by the tests).
    folder: the wall seconds of each and of all. Each takes longer than alone, since the
    two share the machine.
 5. The training loop's reference path against its fast path (eager and compiled) on each
-   chapter's main training, with the compile cost and the arithmetic limit
-   (`fast_path.py`). Only this section, merged into the existing results file: `python
-   benchmarks/speed.py --fast-path` (about fifteen minutes).
+   chapter's main training, with the arithmetic limit and the compile cost a fresh
+   process pays, cold and warm inductor cache (`compile_cost.py`; `auto`'s
+   break-even, `COMPILE_TOKEN_STEPS`, rests on the warm figure), and what a later
+   training of the same shapes pays in-process (`fast_path.py`). Only this section,
+   merged into the existing results file: `python benchmarks/speed.py --fast-path`
+   (about twenty minutes).
 6. Chapter 4's retrieval trainings before and after issue 36 (`retrieval.py`): CPU ms
    per seed-step of every configuration of its reference sweep that costs differently,
    on the reference path and on each part of the retrieval fast path (query-only
@@ -31,6 +34,13 @@ by the tests).
    a fresh process (cold and warm inductor cache), and the evaluation's seconds before
    (a forward per model) and after (one stacked forward). Only this section, merged:
    `python benchmarks/speed.py --retrieval` (about half an hour).
+7. The two-layer step (chapter 8's part C: its live configurations and issue 36's
+   d_model 128, MLP 512 case), eager and compiled, float32 and bfloat16 (CPU
+   autocast, `TrainConfig.precision`), each against its dtype's arithmetic limit, with
+   each dtype's compile cost in a fresh process, and torch's CPU capability and
+   whether the CPU has native bf16 (AVX512_BF16, AMX): without it bf16 is emulated and
+   its speed says nothing of another machine (`fast_path.py`). Only this section,
+   merged: `python benchmarks/speed.py --depth` (about twenty minutes).
 
 The results file is what the appendix's speed page (`book/speed.ipynb`) plots;
 re-execute that page after a new measurement (`make bench` does both). Timings depend on
@@ -52,7 +62,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import nbformat
 from batched_training import cpu_time, op_seconds_per_step
-from fast_path import fast_path
+from fast_path import bf16_support, depth, fast_path
 from nbclient import NotebookClient
 from retrieval import retrieval
 
@@ -277,6 +287,38 @@ def measure_retrieval(steps: int, repeats: int) -> dict[str, object]:
     }
 
 
+def measure_depth(steps: int, repeats: int) -> dict[str, object]:
+    """Section 7, with the machine's load and bf16 support around it."""
+    load_before = os.getloadavg()
+    support = bf16_support()
+    print(
+        f"CPU capability {support['cpu_capability']}, native bf16 "
+        f"{support['native_bf16']} ({support['bf16_flags']})"
+    )
+    rows = depth(steps, repeats, compile_costs=True)
+    for row in rows:
+        print(
+            f"{row['model']:<24} fp32: eager {row['fast_float32_ms']} compiled "
+            f"{row['compiled_float32_ms']} ms per seed-step, limit "
+            f"{row['limit_float32_ms']} ms; bf16: eager {row['fast_bfloat16_ms']} "
+            f"compiled {row['compiled_bfloat16_ms']} ms, limit "
+            f"{row['limit_bfloat16_ms']} ms (x{row['compiled_bf16_speedup']} "
+            f"compiled); compile {row['compile_cold_s_float32']} s cold, "
+            f"{row['compile_warm_s_float32']} s warm (fp32), "
+            f"{row['compile_cold_s_bfloat16']} s, {row['compile_warm_s_bfloat16']} s "
+            "(bf16)"
+        )
+    return {
+        "steps": steps,
+        "repeats": repeats,
+        "statistic": "median",
+        **support,
+        "load_before": [round(x, 2) for x in load_before],
+        "load_after": [round(x, 2) for x in os.getloadavg()],
+        "rows": rows,
+    }
+
+
 def cpu_model() -> str | None:
     """The CPU's model name (/proc/cpuinfo, else lscpu), or None: the book then says it
     was not recorded."""
@@ -324,7 +366,7 @@ def main() -> None:
         "--fast-path-repeats",
         type=int,
         default=5,
-        help="interleaved repeats per fast-path measurement (the first two compile)",
+        help="interleaved repeats per fast-path measurement (the first compiles)",
     )
     parser.add_argument(
         "--fast-path-steps",
@@ -343,7 +385,24 @@ def main() -> None:
         default=200,
         help="training steps per retrieval measurement",
     )
+    parser.add_argument(
+        "--depth",
+        action="store_true",
+        help="measure only section 7 and merge it into --out",
+    )
+    parser.add_argument(
+        "--depth-steps",
+        type=int,
+        default=200,
+        help="training steps per two-layer measurement",
+    )
     args = parser.parse_args()
+    if args.depth:
+        result = json.loads(args.out.read_text())
+        result["depth"] = measure_depth(args.depth_steps, args.fast_path_repeats)
+        args.out.write_text(json.dumps(result, indent=1) + "\n")
+        print(f"wrote {args.out}")
+        return
     if args.retrieval:
         result = json.loads(args.out.read_text())
         result["retrieval"] = measure_retrieval(
@@ -403,6 +462,7 @@ def main() -> None:
         "matmul_bound": bound,
         "fast_path": measure_fast_path(args.fast_path_steps, args.fast_path_repeats),
         "retrieval": measure_retrieval(args.retrieval_steps, args.fast_path_repeats),
+        "depth": measure_depth(args.depth_steps, args.fast_path_repeats),
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=1) + "\n")

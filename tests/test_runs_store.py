@@ -188,8 +188,9 @@ def test_a_later_config_field_at_its_default_keeps_the_stored_file_names():
         "957398929e72",
     ]
     assert store.config_key(dropout, 1) == "893bc70dc8cd"
-    biased = baseline.with_overrides(base={**baseline.base, "attn_bias": True})
-    assert store.config_key(biased, 0) != store.config_key(baseline, 0)
+    for field, value in (("attn_bias", True), ("precision", "bfloat16")):
+        changed = baseline.with_overrides(base={**baseline.base, field: value})
+        assert store.config_key(changed, 0) != store.config_key(baseline, 0)
 
 
 def test_a_sweep_of_only_some_configurations_runs_those_in_order(tmp_path):

@@ -77,8 +77,15 @@ if TYPE_CHECKING:
 CHUNK = 50  # steps whose batches the fast path draws at once
 # auto compiles a training of at least this many token-steps (steps x K x batch x
 # sequence length): compiling costs seconds whatever the size, and saves time per
-# position trained. `benchmarks/speed.py --fast-path` measures the break-even (1.5-3.1
-# million); a chapter's second training of the same shapes reuses the compiled step.
+# position trained. The break-even is a fresh process's compile with a warm inductor
+# cache (a notebook re-executed) over the saving per seed-step against the eager fast
+# path: 8.8-29 s wall and 1.1-1.5 ms CPU on chapters 1, 5, 6 and 7's main trainings,
+# 3.3 to 13.5 million (`benchmarks/speed.py --fast-path`, 200 steps, 2 repeats, a
+# 2-core machine at load 5-7, which inflates the wall seconds). Those seconds include
+# what a kernel pays once (dynamo's and inductor's set-up), not per graph, and a
+# chapter's second training of the same shapes reuses the compiled step (0.05-0.13 s),
+# so the value stays below them: raising it above 3.1 million would turn every
+# compiled training of the notebooks eager (2.6 and 3.1 million, chapters 1, 5, 8).
 COMPILE_TOKEN_STEPS = 2_000_000
 # ... and chapter 4's retrieval model from this many seed-steps (steps x K): compiling
 # its step cost 13-24 s in a fresh process with a warm inductor cache and 57-81 s with
@@ -441,7 +448,7 @@ def compiled_step(
     # the init scale changes the weights, not the graph
     graph_cfg = dataclasses.replace(model_cfg, init="book")
     key = (graph_cfg, type(template), tuple(forward_kwargs.items()), K, decays)
-    key += (cfg.batch, size, beta1, beta2, eps)
+    key += (cfg.batch, size, cfg.precision, beta1, beta2, eps)
     if key not in _COMPILED:
         gradients = traced_gradients()
 

@@ -43,6 +43,7 @@ from ..core.model import (
 from ..core.task_registry import TASKS, Setup, task_entry
 from ..core.training import (
     AveragerFactory,
+    Precision,
     Schedule,
     TargetKind,
     TrainConfig,
@@ -164,11 +165,15 @@ class Config:
     weight_decay: float = 0.0
     # how train() runs (core.training.TrainPath): the same numbers up to float rounding
     train_path: str = "auto"
+    # "bfloat16": the fast path's forward under CPU autocast (core.training); no spec
+    # adopts it before its claims' effects agree with float32's at the reference tier
+    precision: str = "float32"
 
     def __post_init__(self) -> None:
         require_choice("task", self.task, tuple(TASKS))
         require_choice("init", self.init, get_args(Init))
         require_choice("train_path", self.train_path, get_args(TrainPath))
+        require_choice("precision", self.precision, get_args(Precision))
         require_choice("norm", self.norm, tuple(NORM_SITES))
         require_choice("targets", self.targets, TARGETS)
         require_choice("norm_kind", self.norm_kind, get_args(NormKind))
@@ -207,6 +212,7 @@ class Config:
                 "test_length", self.test_length, f">= train_length={setup.train_length}"
             )
         self.model_config()  # ModelConfig's own checks (d_model % n_heads, ...)
+        self.train_config()  # TrainConfig's (bfloat16 needs the fast path)
 
     def setup(self) -> Setup:
         """Build the task with its length split (``core.task_registry``)."""
@@ -250,6 +256,7 @@ class Config:
             weight_decay=self.weight_decay,
             targets=self.targets,  # type: ignore[arg-type]
             path=self.train_path,  # type: ignore[arg-type]
+            precision=self.precision,  # type: ignore[arg-type]
         )
 
     def label(self, keys: Sequence[str] | None = None) -> str:

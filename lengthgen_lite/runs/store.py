@@ -65,6 +65,7 @@ LATER_FIELDS = {
     "positional": "none",
     "logit_scale": "none",
     "scale_length": None,
+    "precision": "float32",
 }
 
 
