@@ -14,7 +14,7 @@ from lengthgen_lite.runs.runner import run_configuration
 
 NAMES = [*reference.SPECS, *reference.IN_PROGRESS]
 # the per-length metric each sweep's re-run compares
-METRIC = {"ch4/retrieval": "target_attention"}
+METRIC = {"ch4/retrieval": "target_attention", "ch8/retrieval": "target_attention"}
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -124,3 +124,35 @@ def test_final_cells_pick_the_last_budget_and_say_what_is_allowed():
     assert len(reference.final_cells(claim)) == len(at_step(claim.effects))
     with pytest.raises(ValueError, match="no cell with"):
         reference.final_cells(claim, norm="post")
+
+
+def test_chapter_eight_claims_read_every_cell_of_both_sweeps():
+    set_sweep, retrieval = (
+        reference.load(f"ch8/{name}") for name in ("set_complement", "retrieval")
+    )
+    decisions = {d.claim.key: d for d in reference.two_kinds(set_sweep, retrieval)}
+    # P1-P3 in the chapter's order; P4 waits for an evaluation axis (PENDING)
+    assert list(decisions) == [
+        f"ch8-score-{k}"
+        for k in (
+            "sharpen-set",
+            "renorm-set",
+            "ssmax-retrieval",
+            "ln-retrieval",
+            "combined-set",
+            "combined-retrieval",
+        )
+    ]
+    assert all(d.tier == "reference" for d in decisions.values())
+    cells = {key: at_step(d.effects) for key, d in decisions.items()}
+    # set complement: 2 variants x target kind x v; retrieval: task x learning rate
+    assert (
+        len(cells["ch8-score-sharpen-set"]) == len(cells["ch8-score-renorm-set"]) == 8
+    )
+    assert len(cells["ch8-score-combined-set"]) == 4
+    for key in ("ssmax-retrieval", "ln-retrieval", "combined-retrieval"):
+        assert len(cells[f"ch8-score-{key}"]) == 4
+    assert all(e.interval.n == 10 for c in cells.values() for e in c)
+    assert {e.step for d in decisions.values() for e in d.effects} == {1000, 3000, 6000}
+    # each effect carries its configurations' plateau test (every one passes it here)
+    assert all(e.converged for d in decisions.values() for e in d.effects)

@@ -56,10 +56,15 @@ def _steps(results: Results) -> list[int]:
     return sorted({r["step"] for r in results.rows})
 
 
-def _unstable(results: Results, **where: object) -> int:
-    """Collapsed seeds of the one configuration ``where`` selects, at its ``step``."""
-    config = results.select(**where)[0]["config"]
-    return int(training_state(results, config, int(where["step"]))[1].sum())
+def _state(results: Results, sides: Sequence[Mapping[str, object]]) -> tuple[bool, int]:
+    """Whether every configuration a ``sides`` entry selects (with its ``step``) had
+    converged by then, and how many of their seeds had collapsed (the plateau and
+    collapse tests of :func:`~lengthgen_lite.runs.compare.training_state`)."""
+    states = [
+        training_state(results, results.select(**w)[0]["config"], int(w["step"]))
+        for w in sides
+    ]
+    return all(flat for flat, _ in states), sum(int(c.sum()) for _, c in states)
 
 
 def combined_set_effects(results: Results) -> list[Effect]:
@@ -77,9 +82,9 @@ def combined_set_effects(results: Results) -> list[Effect]:
                     for name in ("attn_out", "ssmax", "ssmax+attn_out")
                 }
                 best = min(("attn_out", "ssmax"), key=lambda name: tv[name].mean())
-                unstable = sum(
-                    _unstable(results, **where, **SET_VARIANTS[name])
-                    for name in (best, "ssmax+attn_out")
+                converged, unstable = _state(
+                    results,
+                    [{**where, **SET_VARIANTS[n]} for n in (best, "ssmax+attn_out")],
                 )
                 cell = {"targets": targets, "v": v, "better": best}
                 effects.append(
@@ -87,7 +92,7 @@ def combined_set_effects(results: Results) -> list[Effect]:
                         cell,
                         step,
                         t_interval(tv["ssmax+attn_out"] - tv[best]),
-                        False,
+                        converged,
                         unstable,
                     )
                 )
@@ -126,13 +131,18 @@ def recovery_effects(results: Results, variant: str) -> list[Effect]:
                 treated = results.values(
                     "accuracy_longest", task=task, **fields, **where
                 )
-                unstable = sum(
-                    _unstable(results, task=task, **f, **where)
-                    for f in (fields, RETRIEVAL_VARIANTS["none"])
+                converged, unstable = _state(
+                    results,
+                    [
+                        {"task": task, **f, **where}
+                        for f in (fields, RETRIEVAL_VARIANTS["none"])
+                    ],
                 )
                 values = recovered(results, task, treated, **where)
                 cell = {"task": task, "lr": lr, "variant": variant}
-                effects.append(Effect(cell, step, t_interval(values), False, unstable))
+                effects.append(
+                    Effect(cell, step, t_interval(values), converged, unstable)
+                )
     return effects
 
 
@@ -152,13 +162,15 @@ def combined_retrieval_effects(results: Results) -> list[Effect]:
                     for name in ("ssmax", "LN", "ssmax+LN")
                 }
                 best = max(("ssmax", "LN"), key=lambda name: acc[name].mean())
-                unstable = sum(
-                    _unstable(results, **where, **RETRIEVAL_VARIANTS[n])
-                    for n in (best, "ssmax+LN")
+                converged, unstable = _state(
+                    results,
+                    [{**where, **RETRIEVAL_VARIANTS[n]} for n in (best, "ssmax+LN")],
                 )
                 cell = {"task": task, "lr": lr, "better": best}
                 values = acc[best] - acc["ssmax+LN"]
-                effects.append(Effect(cell, step, t_interval(values), False, unstable))
+                effects.append(
+                    Effect(cell, step, t_interval(values), converged, unstable)
+                )
     return effects
 
 

@@ -28,6 +28,8 @@ from . import ch5_post_norm as ch5
 from . import ch6_ema as ch6
 from . import ch6_search as ch6s
 from . import ch7_beyond_set_complement as ch7
+from . import ch8_claims as ch8c
+from . import ch8_two_kinds as ch8
 
 # the live specs whose reference sweeps this page reads, in the book's order
 SPECS = {
@@ -38,9 +40,18 @@ SPECS = {
     "ch6/grid": ch6.SPECS["ch6/grid"],
     "ch6/search": ch6.SPECS["ch6/search"],
     "ch7/placements": ch7.SPECS["ch7/placements"],
+    "ch8/set_complement": ch8.SPECS["ch8/set_complement"],
+    "ch8/retrieval": ch8.SPECS["ch8/retrieval"],
 }
 # the claims whose reference sweeps are not complete yet, and what they wait for
-PENDING = {}
+PENDING = {
+    "ch8-score-factor-set, ch8-score-factor-retrieval (P4)": "the test-time factor "
+    "as an evaluation axis of the sweep: the store keeps scores, not models, so a "
+    "factor applied after training cannot be read from it",
+    "ch8-score-depth, ch8-score-rope (P5)": "the ch8/depth sweep (8 configurations x "
+    "10 seeds x 6000 steps of a two-layer model, about three hours of one core): "
+    "not run yet",
+}
 
 
 # sweeps still running: the page shows the cells stored so far, and says how many
@@ -458,6 +469,40 @@ def languages(sweep: Results) -> Decision:
     return ch7.LANGUAGES_CLAIM.decide(effects, "reference")
 
 
+# Chapter 8 (beyond both papers): its claims P1-P3, decided by the chapter's own effect
+# builders on the stored sweeps, per cell (set complement: target kind x v; retrieval:
+# task x learning rate) and budget.
+
+
+def two_kinds(set_sweep: Results, retrieval_sweep: Results) -> list[Decision]:
+    """Chapter 8's P1 (sharpening gains at most 0.01 TV, renormalising at least 0.1),
+    P2 (SSMax recovers at least 25% of the lost accuracy, LN at most 5%) and P3 (the
+    combination is no worse than the better single remedy, on both tasks), in the
+    chapter's order. P4 waits for an evaluation axis (``PENDING``)."""
+    detail = partial_note(set_sweep)
+    set_effects = {
+        ch8c.SHARPEN_CLAIM: ch8c.gain_effects(set_sweep, ch8.SHARPENERS),
+        ch8c.RENORM_CLAIM: ch8c.gain_effects(set_sweep, ch8.RENORMALISERS),
+        ch8c.COMBINED_SET_CLAIM: ch8c.combined_set_effects(set_sweep),
+    }
+    decisions = [
+        claim.decide(effects, "reference", detail=detail)
+        for claim, effects in set_effects.items()
+    ]
+    detail = partial_note(retrieval_sweep)
+    retrieval_effects = {
+        ch8c.SSMAX_RETRIEVAL_CLAIM: ch8c.recovery_effects(retrieval_sweep, "ssmax"),
+        ch8c.LN_RETRIEVAL_CLAIM: ch8c.recovery_effects(retrieval_sweep, "LN"),
+        ch8c.COMBINED_RETRIEVAL_CLAIM: ch8c.combined_retrieval_effects(retrieval_sweep),
+    }
+    decisions += [
+        claim.decide(effects, "reference", detail=detail)
+        for claim, effects in retrieval_effects.items()
+    ]
+    order = [claim.key for claim in ch8c.CLAIMS]
+    return sorted(decisions, key=lambda d: order.index(d.claim.key))
+
+
 def partial_note(sweep: Results) -> str:
     """ ", partial grid: 20 of 44 configurations stored" while a sweep runs."""
     missing = sweep.provenance.get("missing") or []
@@ -476,6 +521,7 @@ __all__ = [
     "languages",
     "search_finds",
     "temperature",
+    "two_kinds",
     "dispersion",
     "gap_exponent",
     "layernorm_gain",
