@@ -59,7 +59,7 @@ def plot_effects(claim: Decision, ylabel: str, ax: Axes | None = None) -> Axes:
     ax.set_title(
         f"{claim.claim.key}: {claim.word} at {steps[-1]} steps (hollow: not converged)"
     )
-    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1), fontsize=8)  # off the points
+    ax.legend(loc="best", fontsize=8)
     return ax
 
 
