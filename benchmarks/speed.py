@@ -246,6 +246,15 @@ def matmul_bound(seeds: int, batch: int, loop_ms_per_step: float) -> dict[str, f
     }
 
 
+def load_stamps(before: tuple[float, float, float]) -> dict[str, list[float]]:
+    """The machine's load average before a measurement and now, rounded: every
+    section records both, since its timings depend on them."""
+    return {
+        "load_before": [round(x, 2) for x in before],
+        "load_after": [round(x, 2) for x in os.getloadavg()],
+    }
+
+
 def measure_fast_path(steps: int, repeats: int) -> dict[str, object]:
     """Section 5, with the machine's load around it (compile times are wall seconds)."""
     load_before = os.getloadavg()
@@ -265,8 +274,7 @@ def measure_fast_path(steps: int, repeats: int) -> dict[str, object]:
         "repeats": repeats,
         # ms: median over repeats; speed-ups: median of each repeat's ratio
         "statistic": "median",
-        "load_before": [round(x, 2) for x in load_before],
-        "load_after": [round(x, 2) for x in os.getloadavg()],
+        **load_stamps(load_before),
         "rows": rows,
     }
 
@@ -282,8 +290,7 @@ def measure_retrieval(steps: int, repeats: int) -> dict[str, object]:
     )
     return {
         **result,
-        "load_before": [round(x, 2) for x in load_before],
-        "load_after": [round(x, 2) for x in os.getloadavg()],
+        **load_stamps(load_before),
     }
 
 
@@ -313,8 +320,7 @@ def measure_depth(steps: int, repeats: int) -> dict[str, object]:
         "repeats": repeats,
         "statistic": "median",
         **support,
-        "load_before": [round(x, 2) for x in load_before],
-        "load_after": [round(x, 2) for x in os.getloadavg()],
+        **load_stamps(load_before),
         "rows": rows,
     }
 
@@ -397,25 +403,21 @@ def main() -> None:
         help="training steps per two-layer measurement",
     )
     args = parser.parse_args()
-    if args.depth:
-        result = json.loads(args.out.read_text())
-        result["depth"] = measure_depth(args.depth_steps, args.fast_path_repeats)
-        args.out.write_text(json.dumps(result, indent=1) + "\n")
-        print(f"wrote {args.out}")
-        return
-    if args.retrieval:
-        result = json.loads(args.out.read_text())
-        result["retrieval"] = measure_retrieval(
-            args.retrieval_steps, args.fast_path_repeats
-        )
-        args.out.write_text(json.dumps(result, indent=1) + "\n")
-        print(f"wrote {args.out}")
-        return
-    if args.fast_path:
-        result = json.loads(args.out.read_text())
-        result["fast_path"] = measure_fast_path(
+    # one section alone, merged into the existing results file
+    sections = {
+        "fast_path": lambda: measure_fast_path(
             args.fast_path_steps, args.fast_path_repeats
-        )
+        ),
+        "retrieval": lambda: measure_retrieval(
+            args.retrieval_steps, args.fast_path_repeats
+        ),
+        "depth": lambda: measure_depth(args.depth_steps, args.fast_path_repeats),
+    }
+    chosen = [name for name in sections if getattr(args, name)]
+    if chosen:
+        result = json.loads(args.out.read_text())
+        name = chosen[-1]  # of several: depth, then retrieval, then fast_path
+        result[name] = sections[name]()
         args.out.write_text(json.dumps(result, indent=1) + "\n")
         print(f"wrote {args.out}")
         return
@@ -452,17 +454,14 @@ def main() -> None:
             "cpu": cpu_model(),
             "cores": os.cpu_count(),
             "torch_threads": 1,
-            "load_before": [round(x, 2) for x in load_before],
-            "load_after": [round(x, 2) for x in os.getloadavg()],
+            **load_stamps(load_before),
         },
         "chapters": chapters,
         "two_at_a_time": parallel,
         "batching": rows,
         "batching_steps": args.steps,
         "matmul_bound": bound,
-        "fast_path": measure_fast_path(args.fast_path_steps, args.fast_path_repeats),
-        "retrieval": measure_retrieval(args.retrieval_steps, args.fast_path_repeats),
-        "depth": measure_depth(args.depth_steps, args.fast_path_repeats),
+        **{name: measure() for name, measure in sections.items()},
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=1) + "\n")
