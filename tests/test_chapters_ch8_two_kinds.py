@@ -1,21 +1,12 @@
 """Chapter 8: the specs at both tiers, the claims as declared, the test-time factor,
 the proof's margins and the readers on a tiny run."""
 
-import math
-
 import numpy as np
 import pytest
-import torch
 
 from lengthgen_lite.chapters import ch8_claims
 from lengthgen_lite.chapters import ch8_mechanism as mech
 from lengthgen_lite.chapters import ch8_two_kinds as ch8
-from lengthgen_lite.core.model import (
-    ModelConfig,
-    Transformer,
-    attention_logit_factor,
-    init_model,
-)
 from lengthgen_lite.runs import run
 from lengthgen_lite.runs.claims import VERDICTS
 
@@ -58,23 +49,6 @@ def test_variant_fields_name_what_is_allowed():
     }
     with pytest.raises(ValueError, match="variant"):
         ch8.variant_fields("LN")  # part A calls it attn_out
-
-
-def test_logn_twin_is_the_per_query_factor():
-    cfg = ModelConfig(vocab_size=8, d_model=16)
-    model = init_model(cfg, 0).eval()
-    twin = ch8.logn_twin(model, 4)
-    tokens = torch.tensor([[0, 1, 2, 3, 4, 5]])
-    # the last query sees 6 keys: its logits x log 6 / log 4, everything else equal
-    with torch.no_grad():
-        last = twin(tokens)[0, -1]
-    with attention_logit_factor(model, math.log(6) / math.log(4)), torch.no_grad():
-        expected = model(tokens)[0, -1]
-    torch.testing.assert_close(last, expected)
-    with pytest.raises(ValueError, match="logit_scale"):
-        ch8.logn_twin(
-            Transformer(ModelConfig(8, logit_scale="logn", scale_length=4)), 4
-        )
 
 
 def test_the_sum_removes_the_one_over_s_law():

@@ -14,6 +14,7 @@ from lengthgen_lite.core.model import (
     Transformer,
     attention_logit_factor,
     init_model,
+    logn_twin,
 )
 from lengthgen_lite.core.seeding import seed_everything
 
@@ -651,3 +652,18 @@ def test_bad_scaling_options_raise(kwargs, message):
 
 def test_logit_scales_are_declared_once_in_order():
     assert LOGIT_SCALES == ("none", "logn", "ssmax")
+
+
+def test_logn_twin_is_the_per_query_factor():
+    cfg = ModelConfig(vocab_size=8, d_model=16)
+    model = init_model(cfg, 0).eval()
+    twin = logn_twin(model, 4)
+    tokens = torch.tensor([[0, 1, 2, 3, 4, 5]])
+    # the last query sees 6 keys: its logits x log 6 / log 4, everything else equal
+    with torch.no_grad():
+        last = twin(tokens)[0, -1]
+    with attention_logit_factor(model, math.log(6) / math.log(4)), torch.no_grad():
+        expected = model(tokens)[0, -1]
+    torch.testing.assert_close(last, expected)
+    with pytest.raises(ValueError, match="logit_scale"):
+        logn_twin(Transformer(ModelConfig(8, logit_scale="logn", scale_length=4)), 4)

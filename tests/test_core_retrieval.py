@@ -1,5 +1,7 @@
 """Chapter 4's retrieval tasks and model (core/retrieval.py)."""
 
+import math
+
 import numpy as np
 import pytest
 import torch
@@ -15,6 +17,7 @@ from lengthgen_lite.core.retrieval import (
     RetrievalTransformer,
     evaluate_retrieval,
     evaluate_sizes,
+    evaluate_sizes_logn,
     linear_items,
     retrieval_config,
 )
@@ -468,3 +471,22 @@ def test_fast_draws_are_distinct_keys_from_the_same_distribution():
     assert torch.equal(a.inputs, b.inputs)
     with pytest.raises(ValueError, match="size N must be an int in 1..n_keys=32"):
         DICT.sample_fast_batches(8, 33, [make_generator(1)])
+
+
+def test_evaluate_sizes_logn_sharpens_each_size_by_its_own_factor():
+    cfg = retrieval_config(ARGMAX, "baseline", d_model=16, n_heads=2)
+    models = [init_model(cfg, s, RetrievalTransformer).eval() for s in range(2)]
+    sizes = [8, 32]
+    curves = evaluate_sizes_logn(models, ARGMAX, sizes, n_samples=40, seed=3, n_train=4)
+    for j, N in enumerate(sizes):
+        for k, model in enumerate(models):
+            with attention_logit_factor(model, math.log(N) / math.log(4)):
+                one = evaluate_sizes([model], ARGMAX, (N,), n_samples=40, seed=3)
+            np.testing.assert_allclose(
+                curves["accuracy"][k, j], one["accuracy"][0, 0], atol=1e-6
+            )
+    plain = evaluate_sizes(models, ARGMAX, sizes, n_samples=40, seed=3)
+    assert not np.allclose(curves["n_eff"], plain["n_eff"])
+    assert all(m.blocks[0].attn.logit_factor == 1.0 for m in models)  # restored
+    with pytest.raises(ValueError, match="n_train"):
+        evaluate_sizes_logn(models, ARGMAX, sizes, n_samples=4, seed=3, n_train=1)

@@ -8,7 +8,8 @@ what it has stored."""
 import numpy as np
 import pytest
 
-from lengthgen_lite.chapters import reference
+from lengthgen_lite.chapters import ch8_claims, reference
+from lengthgen_lite.chapters import ch8_two_kinds as ch8
 from lengthgen_lite.runs.claims import at_step
 from lengthgen_lite.runs.runner import run_configuration
 
@@ -126,33 +127,45 @@ def test_final_cells_pick_the_last_budget_and_say_what_is_allowed():
         reference.final_cells(claim, norm="post")
 
 
-def test_chapter_eight_claims_read_every_cell_of_both_sweeps():
-    set_sweep, retrieval = (
-        reference.load(f"ch8/{name}") for name in ("set_complement", "retrieval")
-    )
-    decisions = {d.claim.key: d for d in reference.two_kinds(set_sweep, retrieval)}
-    # P1-P3 in the chapter's order; P4 waits for an evaluation axis (PENDING)
-    assert list(decisions) == [
-        f"ch8-score-{k}"
-        for k in (
-            "sharpen-set",
-            "renorm-set",
-            "ssmax-retrieval",
-            "ln-retrieval",
-            "combined-set",
-            "combined-retrieval",
-        )
-    ]
+def test_chapter_eight_claims_read_every_cell_of_its_four_sweeps():
+    names = ("set_complement", "retrieval", "test_time_set", "test_time_retrieval")
+    sweeps = [reference.load(f"ch8/{name}") for name in names]
+    decisions = {d.claim.key: d for d in reference.two_kinds(*sweeps)}
+    # P1-P4 in the chapter's order
+    assert list(decisions) == [claim.key for claim in ch8_claims.CLAIMS]
     assert all(d.tier == "reference" for d in decisions.values())
     cells = {key: at_step(d.effects) for key, d in decisions.items()}
     # set complement: 2 variants x target kind x v; retrieval: task x learning rate
     assert (
         len(cells["ch8-score-sharpen-set"]) == len(cells["ch8-score-renorm-set"]) == 8
     )
-    assert len(cells["ch8-score-combined-set"]) == 4
-    for key in ("ssmax-retrieval", "ln-retrieval", "combined-retrieval"):
+    for key in ("combined-set", "factor-set"):  # target kind x v
         assert len(cells[f"ch8-score-{key}"]) == 4
+    for key in ("ssmax", "ln", "combined", "factor"):  # task x learning rate
+        assert len(cells[f"ch8-score-{key}-retrieval"]) == 4
     assert all(e.interval.n == 10 for c in cells.values() for e in c)
     assert {e.step for d in decisions.values() for e in d.effects} == {1000, 3000, 6000}
     # each effect carries its configurations' plateau test (every one passes it here)
     assert all(e.converged for d in decisions.values() for e in d.effects)
+
+
+@pytest.mark.parametrize(
+    "factored, trained, metric",
+    [
+        ("test_time_set", "set_complement", "tv_beyond"),
+        ("test_time_retrieval", "retrieval", "accuracy_longest"),
+    ],
+)
+def test_p4s_sweeps_score_the_very_models_p1_and_p2_read(factored, trained, metric):
+    """The test-time sweeps train chapter 8's no-norm configurations again (the store
+    keeps scores, not weights): their raw rows are the main sweeps' no-norm rows, so
+    P4's control is the model P1-P3 compare against, not another draw of it."""
+    sweep, main = (reference.load(f"ch8/{name}") for name in (factored, trained))
+    for config in sweep.configs:
+        fields = {k: getattr(config, k) for k in ("task", "targets", "v", "lr")}
+        for step in (1000, 3000, 6000):
+            np.testing.assert_allclose(
+                sweep.values(metric, **fields, step=step),
+                main.values(metric, **fields, **ch8.SET_VARIANTS["none"], step=step),
+                rtol=1e-5,
+            )

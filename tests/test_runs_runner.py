@@ -95,6 +95,24 @@ def test_a_retrieval_task_trains_its_model_and_is_scored_per_set_size():
         run(spec.with_overrides(scales=(1.0, 2.0)), progress=False)
 
 
+def test_a_test_time_factor_scores_the_raw_weights_at_every_checkpoint():
+    spec = tiny_spec(
+        averagers={}, scales=(1.0,), test_time=("logn",), checkpoints=(10,)
+    )
+    results = run(spec, progress=False)
+    assert results.variants == ("raw", "test_logn")
+    config = spec.configurations()[1]
+    evaluate = task_entry("set_complement").evaluate_test_time["logn"]
+    curves = evaluate(
+        results.result(norm="attn_out").models, config.setup(), 200, spec.eval_seed
+    )
+    factored = results.curves("tv", norm="attn_out", variant="test_logn")
+    np.testing.assert_allclose(factored, curves["tv"], rtol=1e-6)
+    assert not np.allclose(factored, results.curves("tv", norm="attn_out"))
+    steps = {r["step"] for r in results.select(variant="test_logn")}
+    assert steps == {10, 30}
+
+
 def test_every_task_runs_without_its_chapter_imported():
     """The registry is the core's: a fresh interpreter runs chapter 7's and chapter
     4's tasks from plain specs, with no chapter module ever loaded."""

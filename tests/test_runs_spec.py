@@ -133,6 +133,20 @@ def test_chapter_one_baseline_is_the_config_default_setup():
             "item_mlp must be an integer >= 0",
         ),
         ({"base": {"attn_bias": "yes"}}, "attn_bias='yes' is invalid; allowed: False"),
+        ({"test_time": ("log2",)}, "unknown test_time 'log2'; allowed: 'logn'"),
+        ({"test_time": "logn"}, "test_time='logn' is invalid; allowed: a list"),
+        ({"test_time": ("logn", "logn")}, "distinct factors"),
+        (
+            {
+                "test_time": ("logn",),
+                "configs": [{"logit_scale": "logn", "scale_length": 3}],
+            },
+            "trains its own logit scale",
+        ),
+        (
+            {"test_time": ("logn",), "scales": (1.0,), "configs": [{"task": "anbn"}]},
+            "task 'anbn' has no test-time \\['logn'\\] evaluation",
+        ),
     ],
 )
 def test_bad_specs_name_the_field(changes, message):

@@ -191,6 +191,8 @@ def test_a_later_config_field_at_its_default_keeps_the_stored_file_names():
     for field, value in (("attn_bias", True), ("precision", "bfloat16")):
         changed = baseline.with_overrides(base={**baseline.base, field: value})
         assert store.config_key(changed, 0) != store.config_key(baseline, 0)
+    factored = baseline.with_overrides(test_time=("logn",))
+    assert store.config_key(factored, 0) != store.config_key(baseline, 0)
 
 
 def test_a_sweep_of_only_some_configurations_runs_those_in_order(tmp_path):

@@ -30,9 +30,8 @@ GLUE = re.compile(
 )
 REF = re.compile(r"\{ref\}`[^`<]*<([\w-]+)>`")
 ROWS = [line for line in PAGE.splitlines() if line.startswith("| {glue:text}")]
-# The reasons a claim has no reference sweep, each explained under the table (the last:
-# a sweep declared but not run yet, chapter 8's).
-NO_REFERENCE = ("construction", "a Monte Carlo", "a fixed model", "not swept yet")
+# The reasons a claim has no reference sweep, each explained under the table.
+NO_REFERENCE = ("construction", "a Monte Carlo", "a fixed model")
 
 
 def stored_glue(notebook: str) -> dict[str, str]:

@@ -204,6 +204,42 @@ def factor_retrieval_effects(
     return out
 
 
+def test_time_set_effects(results: Results) -> list[Effect]:
+    """P4 on set complement (``ch8/test_time_set``'s sweep): the no-norm models' TV
+    beyond L minus the same models' with the test-time factor (variant "test_logn"),
+    per seed (> 0: the factor gains), per target kind, v and budget."""
+    effects = []
+    for config in results.configs:
+        where = {"targets": config.targets, "v": config.v}
+        for step in _steps(results):
+            raw, factored = (
+                results.values("tv_beyond", **where, step=step, variant=variant)
+                for variant in ("raw", "test_logn")
+            )
+            converged, unstable = _state(results, [{**where, "step": step}])
+            interval = t_interval(raw - factored)
+            effects.append(Effect(where, step, interval, converged, unstable))
+    return effects
+
+
+def test_time_retrieval_effects(results: Results) -> list[Effect]:
+    """P4 on retrieval (``ch8/test_time_retrieval``'s sweep): the share of the lost
+    accuracy the test-time factor recovers on the no-norm models, per seed, per task,
+    learning rate and budget."""
+    effects = []
+    for config in results.configs:
+        for step in _steps(results):
+            where = {"lr": config.lr, "step": step}
+            factored = results.values(
+                "accuracy_longest", task=config.task, variant="test_logn", **where
+            )
+            values = recovered(results, config.task, factored, **where)
+            converged, unstable = _state(results, [{"task": config.task, **where}])
+            cell = {"task": config.task, "lr": config.lr, "variant": "test-time"}
+            effects.append(Effect(cell, step, t_interval(values), converged, unstable))
+    return effects
+
+
 def _mean_text(values: Mapping[str, np.ndarray], digits: int = 3) -> str:
     return ", ".join(f"{name} {v.mean():.{digits}f}" for name, v in values.items())
 
@@ -384,7 +420,7 @@ FACTOR_SET_CLAIM = Claim(
     unit="TV",
     effect="no factor minus the test-time factor",
     sesoi=TV_SESOI,
-    cells=("targets",),
+    cells=("targets", "v"),
     test="at most",
 )
 #: P4 on retrieval: a test-time factor gives part of SSMax's gain.

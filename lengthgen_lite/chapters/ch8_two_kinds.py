@@ -15,23 +15,20 @@ The prediction, a double dissociation, is declared before any run as the claims 
 :mod:`~lengthgen_lite.chapters.ch8_claims` (issue 37's P1-P4, each with its
 SESOI). P4, a test-time factor log N / log N_train on the model trained without
 scaling, is an evaluation axis: nothing trains for it (:func:`factor_set_values`,
-:func:`factor_accuracy`). The hand-made constructions of the proof and the slider's
-profiles are :mod:`~lengthgen_lite.chapters.ch8_mechanism`.
+:func:`factor_retrieval`; at the reference tier, the sweeps ``ch8/test_time_set``
+and ``ch8/test_time_retrieval`` score the no-norm models with it). The hand-made
+constructions of the proof and the slider's profiles are
+:mod:`~lengthgen_lite.chapters.ch8_mechanism`.
 """
 
 from __future__ import annotations
 
-import dataclasses
-import math
 from collections.abc import Mapping, Sequence
 
 import numpy as np
-from torch import nn
 
-from ..core.model import Transformer, attention_logit_factor
-from ..core.retrieval import evaluate_sizes
-from ..core.task_registry import task_entry
-from ..core.validation import require_choice, require_int
+from ..core.task_registry import Curves, task_entry
+from ..core.validation import require_choice
 from ..runs import Results, Spec
 from .ch1_set_complement import BASELINE
 from .ch4_vanishing_variance import SPECS as CH4_SPECS
@@ -122,6 +119,33 @@ SPECS: dict[str, Spec] = {
 }
 
 
+def _test_time_sweep(name: str, of: Spec) -> Spec:
+    """P4's sweep: ``of``'s no-norm configurations, live and reference, the raw
+    weights also scored with the test-time factor log n / log n_train (rows of variant
+    "test_logn"). The same trainings as ``of``'s (same configurations and seeds): a
+    factor applied after training needs the models, and the store keeps scores."""
+
+    def no_norm(configs: Sequence[Mapping[str, object]]) -> list[dict[str, object]]:
+        none = SET_VARIANTS["none"]
+        return [dict(c) for c in configs if all(c[k] == v for k, v in none.items())]
+
+    return of.with_overrides(
+        name=name,
+        description=f"P4: {of.name}'s no-norm models, also scored with the test-time "
+        "factor log n / log n_train",
+        configs=no_norm(of.configs),
+        test_time=("logn",),
+        reference={**of.reference, "configs": no_norm(of.reference["configs"])},
+    )
+
+
+SPECS["ch8/test_time_set"] = _test_time_sweep(
+    "ch8/test_time_set", SPECS["ch8/set_complement"]
+)
+SPECS["ch8/test_time_retrieval"] = _test_time_sweep(
+    "ch8/test_time_retrieval", SPECS["ch8/retrieval"]
+)
+
 # Part C: depth and positions (set complement, v = 32, L = 8, sampled targets; two
 # layers, 4 heads, d_model 64, MLP 256). "ssmax" here is SSMax's factor on the pre-norm
 # block with a final LN, the block most current models use (the book's choice).
@@ -207,71 +231,29 @@ def at_size(
     return curves[:, sizes.index(N)]
 
 
-def logn_twin(model: nn.Module, train_length: int) -> Transformer:
-    """``model`` (a set-complement Transformer trained without a logit scale) with the
-    test-time factor log n / log ``train_length`` on every query's logits, n the keys
-    it sees: the same weights in the "logn" model (which adds none). P4 on set
-    complement, where each position sees its own n (one number per forward, as
-    :func:`~lengthgen_lite.core.model.attention_logit_factor` sets, cannot do it)."""
-    require_int("train_length", train_length, minimum=2)
-    cfg = model.cfg
-    if cfg.logit_scale != "none" or type(model) is not Transformer:
-        raise ValueError(
-            f"model must be a Transformer with logit_scale='none', got "
-            f"{type(model).__name__} with {cfg.logit_scale!r}"
-        )
-    twin_cfg = dataclasses.replace(cfg, logit_scale="logn", scale_length=train_length)
-    twin = Transformer(twin_cfg)
-    twin.load_state_dict(model.state_dict())
-    return twin.eval()
+def _test_time_logn(results: Results, **where: object) -> Curves:
+    """The models ``where`` selects (one configuration of a live run) scored with the
+    test-time factor log n / log n_train, as a spec's ``test_time`` scores them."""
+    config = results.configs[results.select(**where)[0]["config"]]
+    evaluate = task_entry(config.task).evaluate_test_time["logn"]
+    models = results.result(**where).models
+    spec = results.spec
+    return evaluate(models, config.setup(), spec.n_test, spec.eval_seed)
 
 
 def factor_set_values(results: Results, targets: str) -> np.ndarray:
-    """P4 on set complement: TV beyond L of the no-norm models with the test-time
-    factor (:func:`logn_twin`), scored as the runner scores them: [K]."""
-    where = {"targets": targets, **SET_VARIANTS["none"]}
-    config = results.configs[results.select(**where)[0]["config"]]
-    setup = config.setup()
-    twins = [logn_twin(m, setup.train_length) for m in results.result(**where).models]
-    spec = results.spec
-    curves = task_entry(config.task).evaluate(
-        twins, setup, spec.n_test, spec.eval_seed, (1.0,)
-    )[1.0]
-    beyond = np.asarray(curves["s"]) > setup.train_length
+    """P4 on set complement (live run): TV beyond L of the no-norm models with the
+    test-time factor: [K]."""
+    curves = _test_time_logn(results, targets=targets, **SET_VARIANTS["none"])
+    beyond = np.asarray(curves["s"]) > results.configs[0].setup().train_length
     return np.asarray(curves["tv"])[:, beyond].mean(axis=1)
 
 
-def factor_accuracy(
-    models: Sequence[nn.Module],
-    task: object,
-    sizes: Sequence[int],
-    n_test: int,
-    seed: int,
-    n_train: int = N_TRAIN,
-) -> np.ndarray:
-    """P4 on retrieval: each model's accuracy at every N with its attention logits x
-    log N / log ``n_train`` (chapter 4's evaluation, the same test sets): [K,
-    len(sizes)]."""
-    require_int("n_train", n_train, minimum=2)
-    out = np.zeros((len(models), len(sizes)))
-    for i, model in enumerate(models):
-        for j, N in enumerate(sizes):
-            with attention_logit_factor(model, math.log(N) / math.log(n_train)):
-                table = evaluate_sizes([model], task, (N,), n_test, seed)
-            out[i, j] = table["accuracy"][0, 0]
-    return out
-
-
 def factor_retrieval(results: Results) -> dict[str, np.ndarray]:
-    """:func:`factor_accuracy` of every task's no-norm models: task -> [K, len(N)]."""
+    """P4 on retrieval (live run): every task's no-norm models' accuracy at every N
+    with the test-time factor log N / log N_train: task -> [K, len(N)]."""
     out = {}
     for task in RETRIEVAL_TASKS:
-        where = {"task": task, **RETRIEVAL_VARIANTS["none"]}
-        config = results.configs[results.select(**where)[0]["config"]]
-        setup = config.setup()
-        models = results.result(**where).models
-        spec = results.spec
-        out[task] = factor_accuracy(
-            models, setup.task, setup.sizes, spec.n_test, spec.eval_seed
-        )
+        curves = _test_time_logn(results, task=task, **RETRIEVAL_VARIANTS["none"])
+        out[task] = np.asarray(curves["accuracy"])
     return out

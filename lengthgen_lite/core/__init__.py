@@ -25,6 +25,7 @@ from .model import (
     Transformer,
     attention_logit_factor,
     init_model,
+    logn_twin,
 )
 from .retrieval import (
     ArgmaxRetrieval,
@@ -66,6 +67,7 @@ __all__ = [
     "attention_logit_factor",
     "hook_names",
     "init_model",
+    "logn_twin",
     "run_with_cache",
     "run_with_hooks",
     "ArgmaxRetrieval",

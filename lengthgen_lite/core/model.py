@@ -56,7 +56,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Literal, get_args
 
 import torch
@@ -561,6 +561,25 @@ def attention_logit_factor(model: nn.Module, factor: float) -> Iterator[nn.Modul
     finally:
         for a, f in zip(attentions, before):
             a.logit_factor = f
+
+
+def logn_twin(model: nn.Module, train_length: int) -> Transformer:
+    """``model`` (a set-complement Transformer trained without a logit scale) with the
+    test-time factor log n / log ``train_length`` on every query's logits, n the keys
+    it sees: the same weights in the "logn" model (which adds none). P4 on set
+    complement, where each position sees its own n (one number per forward, as
+    :func:`attention_logit_factor` sets, cannot do it)."""
+    require_int("train_length", train_length, minimum=2)
+    cfg = model.cfg
+    if cfg.logit_scale != "none" or type(model) is not Transformer:
+        raise ValueError(
+            f"model must be a Transformer with logit_scale='none', got "
+            f"{type(model).__name__} with {cfg.logit_scale!r}"
+        )
+    twin_cfg = replace(cfg, logit_scale="logn", scale_length=train_length)
+    twin = Transformer(twin_cfg)
+    twin.load_state_dict(model.state_dict())
+    return twin.eval()
 
 
 def init_model(

@@ -23,7 +23,9 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import math
 from collections.abc import Sequence
+from contextlib import ExitStack
 from dataclasses import dataclass
 from typing import Literal, Protocol
 
@@ -36,7 +38,7 @@ from torch.nn import functional as F
 from . import metrics
 from .evaluation import ATTN_OUT, PATTERN
 from .hooks import HookFn, HookPoint, hook_names, run_with_cache
-from .model import MLP, Attention, ModelConfig, Transformer
+from .model import MLP, Attention, ModelConfig, Transformer, attention_logit_factor
 from .seeding import make_generator
 from .tasks import Batch, PerSeedSampler
 from .validation import is_int, require_int, require_ints
@@ -848,3 +850,28 @@ def evaluate_sizes(
             values = [getattr(t, name) for t in tables]
             out[name] = nan if values[0] is None else np.stack(values)
     return out
+
+
+def evaluate_sizes_logn(
+    models: Sequence[nn.Module],
+    task: RetrievalTask,
+    sizes: Sequence[int],
+    n_samples: int,
+    seed: int,
+    n_train: int,
+) -> dict[str, np.ndarray]:
+    """:func:`evaluate_sizes` with the test-time factor log N / log ``n_train`` on every
+    attention's logits at set size N (chapter 8's P4: a model trained without a logit
+    scale, sharpened only when tested), on the same test sets."""
+    require_int("n_train", n_train, minimum=2)
+    per_size = []
+    for N in sizes:
+        factor = math.log(N) / math.log(n_train)
+        with ExitStack() as stack:
+            for model in models:
+                stack.enter_context(attention_logit_factor(model, factor))
+            per_size.append(evaluate_sizes(models, task, (N,), n_samples, seed))
+    return {
+        name: np.concatenate([table[name] for table in per_size], axis=-1)
+        for name in per_size[0]
+    }

@@ -13,6 +13,12 @@ per logit scale, the curves ``{"s": [len(s)], metric: [K, len(s)] or [len(s)], .
 of the K models of one variant (raw or averaged weights), on test sequences fixed by
 ``eval_seed`` (so seeds differ only in their weights). Only a task whose entry has
 ``logit_scales=True`` (set complement) is scored at more than the model's own scale.
+
+A test-time factor (``TEST_TIME``; chapter 8's P4): ``evaluate_test_time[name](models,
+setup, n_test, eval_seed)`` returns the same curves for models trained without a logit
+scale, sharpened only when tested: "logn" multiplies each query's logits by log n / log
+n_train (n the keys it sees, n_train the training length). A task without an entry for
+a factor has no such evaluation.
 """
 
 from __future__ import annotations
@@ -26,12 +32,13 @@ from torch import nn
 from .evaluation import METRICS, evaluate_at_scales, evaluate_lengths, stack_metric
 from .games import TicTacToe
 from .languages import LANGUAGES, make_language
-from .model import ModelConfig, Transformer
+from .model import ModelConfig, Transformer, logn_twin
 from .retrieval import (
     ArgmaxRetrieval,
     DictionaryLookup,
     RetrievalTransformer,
     evaluate_sizes,
+    evaluate_sizes_logn,
 )
 from .seeding import make_generator
 from .tasks import SetComplement, Task
@@ -63,6 +70,8 @@ Curves = Mapping[str, Any]  # "s": [len(s)]; each metric [K, len(s)] or [len(s)]
 Evaluation = Callable[
     [Sequence[nn.Module], Setup, int, int, tuple[float, ...]], dict[float, Curves]
 ]
+TestTimeEvaluation = Callable[[Sequence[nn.Module], Setup, int, int], Curves]
+TEST_TIME = ("logn",)  # the test-time logit factors a spec may evaluate
 
 
 def every_length(task: Task, test_length: int) -> tuple[int, ...]:
@@ -91,6 +100,7 @@ class TaskEntry:
     scored, and raises ``ValueError`` for a test length the task cannot draw.
     ``n_outputs(task)`` is the model's output size (None: its vocabulary);
     ``model`` the class trained, with ``model_fields`` set on its ``ModelConfig``.
+    ``evaluate_test_time`` maps a factor of ``TEST_TIME`` to its evaluation.
     """
 
     make: Callable[[TaskFields, int], Task]
@@ -102,6 +112,7 @@ class TaskEntry:
     model: Callable[[ModelConfig], nn.Module] = Transformer
     model_fields: Mapping[str, Any] = field(default_factory=dict)
     logit_scales: bool = False  # scored at every logit scale of a spec, or at 1.0 only
+    evaluate_test_time: Mapping[str, TestTimeEvaluation] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         require_int("train_length", self.train_length, minimum=1)
@@ -111,6 +122,10 @@ class TaskEntry:
                     f"{name}={getattr(self, name)!r} is invalid; allowed: a function "
                     "(see TaskEntry's docstring)"
                 )
+        for name, evaluation in self.evaluate_test_time.items():
+            require_choice("evaluate_test_time", name, TEST_TIME)
+            if not callable(evaluation):
+                _fail(f"evaluate_test_time[{name!r}]", evaluation, "a function")
 
     @property
     def item_mlp(self) -> bool:
@@ -151,6 +166,15 @@ def score_set_complement(
     return out
 
 
+def score_set_complement_logn(
+    models: Sequence[nn.Module], setup: Setup, n_test: int, eval_seed: int
+) -> Curves:
+    """Set complement with the test-time factor log n / log L on each query's logits
+    (:func:`~lengthgen_lite.core.model.logn_twin`), scored as trained models are."""
+    twins = [logn_twin(m, setup.train_length) for m in models]
+    return score_set_complement(twins, setup, n_test, eval_seed, (1.0,))[1.0]
+
+
 def score_lengths(
     models: Sequence[nn.Module],
     setup: Setup,
@@ -177,6 +201,16 @@ def score_sizes(
     """The retrieval tasks at every set size N: ``n_test`` test sets per N
     (:func:`~lengthgen_lite.core.retrieval.evaluate_sizes`); ``s`` is N."""
     return {1.0: evaluate_sizes(models, setup.task, setup.sizes, n_test, eval_seed)}
+
+
+def score_sizes_logn(
+    models: Sequence[nn.Module], setup: Setup, n_test: int, eval_seed: int
+) -> Curves:
+    """The retrieval tasks with the test-time factor log N / log N_train at every N
+    (:func:`~lengthgen_lite.core.retrieval.evaluate_sizes_logn`)."""
+    return evaluate_sizes_logn(
+        models, setup.task, setup.sizes, n_test, eval_seed, setup.train_length
+    )
 
 
 def _prefix_lengths(task: Task, test_length: int) -> tuple[int, ...]:
@@ -227,6 +261,7 @@ def _retrieval(kind: type) -> TaskEntry:
         model=RetrievalTransformer,
         # no causal mask, only the query attends (chapter 4's model)
         model_fields={"causal": False, "queries": "last"},
+        evaluate_test_time={"logn": score_sizes_logn},
     )
 
 
@@ -251,6 +286,7 @@ TASKS: dict[str, TaskEntry] = {
         lengths=_prefix_lengths,
         n_outputs=next_token,
         logit_scales=True,
+        evaluate_test_time={"logn": score_set_complement_logn},
     ),
     # chapter 7: the game on a board x board grid, 8 moves in training, tested on all
     "tictactoe": TaskEntry(
@@ -291,17 +327,21 @@ def register_task(name: str, entry: TaskEntry) -> None:
 __all__ = [
     "SMALLEST_SET",
     "TASKS",
+    "TEST_TIME",
     "Curves",
     "Evaluation",
     "Setup",
     "TaskEntry",
     "TaskFields",
+    "TestTimeEvaluation",
     "every_length",
     "next_token",
     "own_outputs",
     "register_task",
     "score_lengths",
     "score_set_complement",
+    "score_set_complement_logn",
     "score_sizes",
+    "score_sizes_logn",
     "task_entry",
 ]

@@ -43,22 +43,30 @@ RAY_ENV = {
 def _score(
     variants: dict[str, list[nn.Module]], setup: Setup, entry: TaskEntry, spec: Spec
 ) -> dict[tuple[str, float], tuple[np.ndarray, dict[str, np.ndarray]]]:
-    """Every variant's models scored by the task's registered evaluation: (variant,
-    logit scale) -> (s, metric -> [K, len(s)])."""
+    """Every variant's models scored by the task's registered evaluation, and the raw
+    models with each of the spec's test-time factors (variant ``test_<name>``, scale
+    1.0): (variant, logit scale) -> (s, metric -> [K, len(s)])."""
+    scored = {
+        (variant, scale): curves
+        for variant, models in variants.items()
+        for scale, curves in entry.evaluate(
+            models, setup, spec.n_test, spec.eval_seed, spec.scales
+        ).items()
+    }
+    for name in spec.test_time:
+        evaluate = entry.evaluate_test_time[name]
+        curves = evaluate(variants["raw"], setup, spec.n_test, spec.eval_seed)
+        scored[f"test_{name}", 1.0] = curves
     out = {}
-    for variant, models in variants.items():
-        scored = entry.evaluate(models, setup, spec.n_test, spec.eval_seed, spec.scales)
-        for scale, curves in scored.items():
-            s = np.asarray(curves["s"])
-            shape = (len(models), len(s))
-            out[variant, scale] = (
-                s,
-                {
-                    name: np.broadcast_to(np.asarray(value, dtype=float), shape)
-                    for name, value in curves.items()
-                    if name != "s"
-                },
-            )
+    for key, curves in scored.items():
+        s = np.asarray(curves["s"])
+        shape = (len(variants["raw"]), len(s))
+        metrics = {
+            name: np.broadcast_to(np.asarray(value, dtype=float), shape)
+            for name, value in curves.items()
+            if name != "s"
+        }
+        out[key] = (s, metrics)
     return out
 
 
@@ -158,8 +166,9 @@ def check_run_options(
 
 
 def sort_rows(spec: Spec, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Table order: configuration, step, variant (raw first), logit scale, seed."""
-    variants = ["raw", *spec.averagers]
+    """Table order: configuration, step, variant (:meth:`Spec.variants`), logit
+    scale, seed."""
+    variants = list(spec.variants())
     return sorted(
         rows,
         key=lambda r: (

@@ -40,7 +40,7 @@ from ..core.model import (
     NormKind,
     Positional,
 )
-from ..core.task_registry import TASKS, Setup, task_entry
+from ..core.task_registry import TASKS, TEST_TIME, Setup, task_entry
 from ..core.training import (
     AveragerFactory,
     Precision,
@@ -315,6 +315,7 @@ class Spec:
     description: str = ""
     checkpoints: Sequence[int] = ()
     reference: Mapping[str, Any] = field(default_factory=dict)
+    test_time: Sequence[str] = ()
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name.strip():
@@ -361,6 +362,7 @@ class Spec:
                         f"(1.0,) only: task {config.task!r} is scored at logit "
                         "scale 1.0 only",
                     )
+        self._check_test_time()
         require_int("n_test", self.n_test, 1)
         require_int("eval_seed", self.eval_seed, 0)
         require_choice("tier", self.tier, TIERS)
@@ -381,6 +383,36 @@ class Spec:
             _fail(
                 "configs", self.configs, "at least one configuration (a grid or a list)"
             )
+
+    def _check_test_time(self) -> None:
+        if isinstance(self.test_time, str) or not isinstance(self.test_time, Sequence):
+            _fail("test_time", self.test_time, f"a list drawn from {TEST_TIME}")
+        names = tuple(require_choice("test_time", n, TEST_TIME) for n in self.test_time)
+        if len(set(names)) != len(names):
+            _fail("test_time", self.test_time, "distinct factors (no duplicates)")
+        object.__setattr__(self, "test_time", names)
+        for config in self.configurations() if names else ():
+            if config.logit_scale != "none":
+                _fail(
+                    "test_time",
+                    self.test_time,
+                    f"() only: configuration {config.label(('logit_scale',))} trains "
+                    "its own logit scale (a test-time factor sharpens a model "
+                    "trained without one)",
+                )
+            missing = set(names) - set(task_entry(config.task).evaluate_test_time)
+            if missing:
+                _fail(
+                    "test_time",
+                    self.test_time,
+                    f"() only: task {config.task!r} has no test-time "
+                    f"{sorted(missing)} evaluation",
+                )
+
+    def variants(self) -> tuple[str, ...]:
+        """The rows' variants, in table order: the raw weights, each averager's, then
+        the raw weights with each test-time factor."""
+        return ("raw", *self.averagers, *(f"test_{n}" for n in self.test_time))
 
     def configurations(self) -> list[Config]:
         """Every configuration, in order: the grid's combinations, then the listed

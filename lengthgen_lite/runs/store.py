@@ -108,6 +108,8 @@ def config_key(spec: Spec, index: int) -> str:
         "n_test": spec.n_test,
         "eval_seed": spec.eval_seed,
     }
+    if spec.test_time:  # added later: files stored without it keep their names
+        identity["test_time"] = list(spec.test_time)
     text = json.dumps(identity, sort_keys=True)
     return hashlib.sha256(text.encode()).hexdigest()[:12]
 
