@@ -6,7 +6,7 @@ import torch
 import torch.nn.functional as F
 
 from lengthgen_lite.chapters import ch8_smollm2 as p6
-from lengthgen_lite.core import pretrained
+from tiny_models import llama_tokens as tokens
 from tiny_models import tiny_llama
 
 REF = 8  # the tiny tests' reference length (the chapter's is 64)
@@ -20,12 +20,6 @@ def tiny():
     real weights."""
     torch.manual_seed(0)
     return tiny_llama(attn_implementation="eager").eval()
-
-
-def tokens(n=4, length=24, seed=0):
-    return pretrained.random_token_sequences(
-        n, length, vocab_size=300, first_id=3, seed=seed, start_id=1
-    )
 
 
 def no_hooks_left(model):
@@ -84,7 +78,7 @@ def test_condition_none_is_the_plain_models_loss(tiny):
         logits.transpose(1, 2), t[:, -5:], reduction="none"
     ).mean(1)
     np.testing.assert_allclose(run.loss, expected.numpy(), rtol=1e-5)
-    assert run.sink.shape == (2,) and run.layer0.shape == (4, 24, 32)
+    assert run.sink.shape == (2,) and run.layer0.shape == (5, 24, 32)
     assert no_hooks_left(tiny)
 
 

@@ -43,3 +43,11 @@ def tiny_llama(**config: Any) -> Any:
         **config,
     )
     return LlamaForCausalLM(cfg)
+
+
+def llama_tokens(n: int = 5, length: int = 24, seed: int = 0) -> Any:
+    """[n, length] long: BOS (id 1), then random ids in 3..299, :func:`tiny_llama`'s
+    inputs."""
+    return pretrained.random_token_sequences(
+        n, length, vocab_size=300, first_id=3, seed=seed, start_id=1
+    )

@@ -40,9 +40,9 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from ..core.pretrained import SINK_FREE, record_last_positions, sink_mass
 from ..core.validation import is_int, require_choice, require_int
 from ..runs.claims import Claim, Decision, Effect, cell_word
-from .ch4_llama import SINK_FREE, record_last_positions, sink_mass
 
 WINDOW = 512  # tokens a window holds: the tested N
 REFERENCE = 64  # the length whose level the interventions keep (log N's n_train)
@@ -221,7 +221,7 @@ def next_token_loss(
     """Each window's mean next-token loss over its last ``loss_positions`` tokens
     under ``condition`` (``logn`` needs ``layers``, ``std`` a ``spread``), with the
     sinks and layer 0's output recorded on the way (one forward per chunk:
-    :func:`~lengthgen_lite.chapters.ch4_llama.record_last_positions`, whose fused
+    :func:`~lengthgen_lite.core.pretrained.record_last_positions`, whose fused
     attention every condition shares)."""
     require_choice("condition", condition, CONDITIONS)
     require_int("loss_positions", loss_positions, minimum=1)
