@@ -336,15 +336,20 @@ def loss_effect(test: CausalTest, kind: str, condition: str) -> Effect:
 def p6_decisions(test: CausalTest) -> dict[str, Decision]:
     """The two P6 rows, decided on natural text: claim key -> decision. The random
     windows are the control (:func:`control_words`), not a cell: with nothing to
-    predict, a change there is the intervention's disruption alone."""
-    detail = (
-        f"SmolLM2-135M, {test.runs[('natural text', 'none')].loss.size} text windows "
-        f"of {WINDOW} tokens, loss over the last {LOSS_POSITIONS}; log N on layers "
-        f"{', '.join(map(str, test.layers))}"
+    predict, a change there shows what the intervention does apart from the text."""
+    windows = test.runs[("natural text", "none")].loss.size
+    base = (
+        f"SmolLM2-135M, {windows} text windows of {WINDOW} tokens, loss over the "
+        f"last {LOSS_POSITIONS}"
     )
+    done = {
+        "logn": f"log n / log {REFERENCE} on layers {', '.join(map(str, test.layers))}",
+        "std": f"layer 0's spread restored beyond {REFERENCE} tokens",
+    }
     return {
         claim.key: claim.decide(
-            [loss_effect(test, "natural text", condition)], detail=detail
+            [loss_effect(test, "natural text", condition)],
+            detail=f"{base}; {done[condition]}",
         )
         for claim, condition in ((LOGN_LOSS_CLAIM, "logn"), (STD_LOSS_CLAIM, "std"))
     }
