@@ -25,34 +25,58 @@ spread is a distribution shift that hurts) predicts that restoring layer 0's spr
 lowers the loss at N = 512; the two-kinds account predicts that neither intervention
 matters much (within 0.05 nats) for a pretrained model with RoPE and attention sinks.
 Windows are the unit of replication: each effect is a paired difference per window
-with its t-interval over the 20 windows.
+with its t-interval over the windows.
+
+Two scales, as the trained chapters have: the full test (``N_WINDOWS``, 20 windows
+per input, about 15 minutes on one core) is run once by ``lengthgen-lite smollm2``
+(:func:`store_reference`) and shipped as package data beside the reference sweeps
+(:data:`REFERENCE_FILE`, read by :func:`load_reference`); the notebook runs a live
+slice, its first ``LIVE_WINDOWS`` windows, to show the interventions at work.
 """
 
 from __future__ import annotations
 
 import math
+import pathlib
+import time
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 
-from ..core.pretrained import SINK_FREE, record_last_positions, sink_mass
-from ..core.validation import is_int, require_choice, require_int
+from ..core.pretrained import (
+    SINK_FREE,
+    load_smollm2,
+    load_tokenizer,
+    random_token_sequences,
+    record_last_positions,
+    sink_mass,
+    text_token_ids,
+    text_windows,
+)
+from ..core.validation import is_int, is_number, require_choice, require_int
 from ..runs.claims import Claim, Decision, Effect, cell_word
+from ..runs.results import PROVENANCE_KEYS, provenance
+from ..runs.store import STORE, read_file, write_file
 
 WINDOW = 512  # tokens a window holds: the tested N
 REFERENCE = 64  # the length whose level the interventions keep (log N's n_train)
 LOSS_POSITIONS = 64  # the last predicted tokens of a window the loss averages
-N_WINDOWS = 20  # windows per input kind
+N_WINDOWS = 20  # windows per input kind: the stored test
+LIVE_WINDOWS = 3  # the notebook's slice: the first 3 of them (about 30 s on one core)
 CONDITIONS = ("none", "logn", "std")
 INPUTS = ("natural text", "random tokens")
 # 0.05 nats per token: a 5 % change in perplexity (e^0.05 = 1.05), small next to the
 # losses compared but well beyond float rounding and what a reader would call no change
 LOSS_SESOI = 0.05
+# the stored test, package data beside the reference sweeps, and what makes it
+REFERENCE_FILE = STORE / "ch8__smollm2" / "causal_test.json.gz"
+COMMAND = "lengthgen-lite smollm2"
 
 
 def logn_factors(length: int, reference: int = REFERENCE) -> torch.Tensor:
@@ -290,22 +314,126 @@ def early_sink_free(
 
 @dataclass(frozen=True)
 class CausalTest:
-    """P6's runs: every input kind under every condition, and the settings the
-    interventions took from the plain run."""
+    """P6's measurement: every input kind's per-window losses under every condition,
+    and what the interventions took from the plain run and did, in numbers small
+    enough to store (:meth:`to_dict`; the full test is stored once,
+    :func:`load_reference`)."""
 
-    runs: dict[tuple[str, str], LossRun]  # (input, condition) -> run
+    losses: dict[tuple[str, str], np.ndarray]  # (input, condition) -> [windows]
+    sinks: dict[str, np.ndarray]  # input -> [layers]: the plain model's sink at N
     layers: tuple[int, ...]  # the layers log-N scaling acted on
-    spread: dict[str, Layer0Spread]  # per input: what ``std`` restored to
+    ends: tuple[int, ...]  # [bands]: the length bands' upper ends (length_bands)
+    # input -> [bands]: the median over features of std at the reference over std in
+    # the band, the plain run's (what ``std`` multiplied the deviations by)
+    ratio: dict[str, np.ndarray]
+    # input -> [bands]: the largest relative gap over features between the restored
+    # run's std in the band and the reference std (0 when the hook did its job)
+    restored_gap: dict[str, np.ndarray]
+
+    @property
+    def inputs(self) -> tuple[str, ...]:
+        return tuple(dict.fromkeys(k for k, _ in self.losses))
+
+    def windows(self, kind: str) -> int:
+        """How many windows of ``kind`` the test read."""
+        return self.loss(kind, "none").size
 
     def loss(self, kind: str, condition: str) -> np.ndarray:
         """[windows]: the per-window loss of one input under one condition."""
-        require_choice("input", kind, sorted({k for k, _ in self.runs}))
+        require_choice("input", kind, self.inputs)
         require_choice("condition", condition, CONDITIONS)
-        return self.runs[(kind, condition)].loss
+        return self.losses[(kind, condition)]
 
     def change(self, kind: str, condition: str) -> np.ndarray:
         """[windows]: the plain loss minus the intervened one (> 0: lower loss)."""
         return self.loss(kind, "none") - self.loss(kind, condition)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain JSON types, floats unrounded (a stored file gives the same
+        decisions)."""
+        return {
+            "inputs": list(self.inputs),
+            "losses": {
+                kind: {c: self.loss(kind, c).tolist() for c in CONDITIONS}
+                for kind in self.inputs
+            },
+            "sinks": {kind: self.sinks[kind].tolist() for kind in self.inputs},
+            "layers": list(self.layers),
+            "ends": list(self.ends),
+            "ratio": {kind: self.ratio[kind].tolist() for kind in self.inputs},
+            "restored_gap": {
+                kind: self.restored_gap[kind].tolist() for kind in self.inputs
+            },
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> CausalTest:
+        """The test :meth:`to_dict` gave, checked: a missing or ill-shaped field is a
+        ``ValueError`` naming it."""
+        if not isinstance(data, Mapping) or set(data) != set(TEST_KEYS):
+            got = sorted(data) if isinstance(data, Mapping) else type(data).__name__
+            raise ValueError(f"a causal test has fields {list(TEST_KEYS)}, got {got}")
+        inputs = data["inputs"]
+        if not isinstance(inputs, list) or not inputs or len(set(inputs)) < len(inputs):
+            raise ValueError(f"inputs must be a list of distinct names, got {inputs!r}")
+        layers = _int_list("layers", data["layers"])
+        ends = _int_list("ends", data["ends"])
+        losses = {}
+        for kind in inputs:
+            by_condition = _per_input("losses", data["losses"], kind)
+            if not isinstance(by_condition, Mapping) or set(by_condition) != set(
+                CONDITIONS
+            ):
+                raise ValueError(
+                    f"losses[{kind!r}] must hold the conditions {list(CONDITIONS)}"
+                )
+            for c in CONDITIONS:
+                losses[(kind, c)] = _floats(f"losses[{kind!r}][{c!r}]", by_condition[c])
+            sizes = {losses[(kind, c)].size for c in CONDITIONS}
+            if len(sizes) > 1 or min(sizes) < 2:
+                raise ValueError(
+                    f"losses[{kind!r}] must hold the same windows (at least 2) under "
+                    f"every condition, got {sorted(sizes)}"
+                )
+
+        def arrays(field: str, size: int | None = None) -> dict[str, np.ndarray]:
+            out = {
+                k: _floats(f"{field}[{k!r}]", _per_input(field, data[field], k))
+                for k in inputs
+            }
+            if size is not None and any(a.size != size for a in out.values()):
+                raise ValueError(f"{field} must hold {size} values per input")
+            return out
+
+        return cls(
+            losses,
+            arrays("sinks"),
+            layers,
+            ends,
+            arrays("ratio", len(ends)),
+            arrays("restored_gap", len(ends)),
+        )
+
+
+TEST_KEYS = ("inputs", "losses", "sinks", "layers", "ends", "ratio", "restored_gap")
+
+
+def _per_input(field: str, table: object, kind: str) -> Any:
+    if not isinstance(table, Mapping) or kind not in table:
+        raise ValueError(f"{field} lacks the input {kind!r}")
+    return table[kind]
+
+
+def _floats(field: str, values: object) -> np.ndarray:
+    if not isinstance(values, list) or not all(map(is_number, values)):
+        raise ValueError(f"{field} must be a list of finite numbers")
+    return np.array(values, dtype=float)
+
+
+def _int_list(field: str, values: object) -> tuple[int, ...]:
+    if not isinstance(values, list) or not values or not all(map(is_int, values)):
+        raise ValueError(f"{field} must be a non-empty list of ints, got {values!r}")
+    return tuple(values)
 
 
 def causal_test(model: Any, inputs: Mapping[str, torch.Tensor]) -> CausalTest:
@@ -314,17 +442,119 @@ def causal_test(model: Any, inputs: Mapping[str, torch.Tensor]) -> CausalTest:
     layer 0 output gives each kind's spread (:func:`layer0_spread`)."""
     if not inputs:
         raise ValueError("inputs is empty; allowed: input kind -> [windows, length]")
-    runs = {(k, "none"): next_token_loss(model, w, "none") for k, w in inputs.items()}
-    layers = early_sink_free({k: runs[(k, "none")].sink for k in inputs})
+    plain = {k: next_token_loss(model, w, "none") for k, w in inputs.items()}
+    sinks = {k: run.sink for k, run in plain.items()}
+    layers = early_sink_free(sinks)
     if not layers:
         raise ValueError("layer 0 has a sink: no early sink-free layer to scale")
-    spread = {k: layer0_spread(runs[(k, "none")].layer0) for k in inputs}
+    losses, ratio, gap = {}, {}, {}
     for kind, windows in inputs.items():
-        runs[(kind, "logn")] = next_token_loss(model, windows, "logn", layers=layers)
-        runs[(kind, "std")] = next_token_loss(
-            model, windows, "std", spread=spread[kind]
+        spread = layer0_spread(plain[kind].layer0)
+        restored = next_token_loss(model, windows, "std", spread=spread)
+        after = layer0_spread(restored.layer0).std
+        losses[(kind, "none")] = plain[kind].loss
+        losses[(kind, "logn")] = next_token_loss(
+            model, windows, "logn", layers=layers
+        ).loss
+        losses[(kind, "std")] = restored.loss
+        ratio[kind] = spread.ratio.median(dim=1).values.numpy()
+        gap[kind] = (after / spread.std[0] - 1).abs().amax(dim=1).numpy()
+    # every kind's windows have one length: one set of bands
+    ends = length_bands(next(iter(inputs.values())).shape[1])
+    return CausalTest(losses, sinks, layers, ends, ratio, gap)
+
+
+def smollm2_windows(
+    model: Any, tokenizer: Any, n_windows: int = N_WINDOWS
+) -> dict[str, torch.Tensor]:
+    """The chapter's inputs, ``[n_windows, WINDOW]`` each, BOS first: the first
+    ``n_windows`` of its ``N_WINDOWS`` windows of chapter 4's text (seed 80) and of
+    random tokens (seed 81), so a live slice reads the stored test's first windows."""
+    n_windows = require_int("n_windows", n_windows, minimum=2, maximum=N_WINDOWS)
+    size = {
+        "n_sequences": N_WINDOWS,
+        "length": WINDOW,
+        "start_id": model.config.bos_token_id,
+    }
+    text = text_windows(text_token_ids(tokenizer), **size, seed=80)
+    random = random_token_sequences(
+        **size,
+        vocab_size=model.config.vocab_size,
+        first_id=max(tokenizer.all_special_ids) + 1,  # no special token drawn
+        seed=81,
+    )
+    return {"natural text": text[:n_windows], "random tokens": random[:n_windows]}
+
+
+def smollm2_causal_test(n_windows: int = N_WINDOWS) -> CausalTest:
+    """P6 on SmolLM2-135M (cached, offline): :func:`causal_test` on
+    :func:`smollm2_windows`. ``N_WINDOWS`` is the stored test (15 minutes on one
+    core), ``LIVE_WINDOWS`` the notebook's slice."""
+    n_windows = require_int("n_windows", n_windows, minimum=2, maximum=N_WINDOWS)
+    model = load_smollm2()
+    return causal_test(model, smollm2_windows(model, load_tokenizer(), n_windows))
+
+
+def _settings() -> dict[str, Any]:
+    """What decides the stored numbers besides the model: a file made with other
+    settings is stale."""
+    return {
+        "model": "SmolLM2-135M",
+        "window": WINDOW,
+        "reference": REFERENCE,
+        "loss_positions": LOSS_POSITIONS,
+        "windows_per_input": N_WINDOWS,
+        "seeds": {"natural text": 80, "random tokens": 81},
+        "conditions": list(CONDITIONS),
+    }
+
+
+def store_reference(
+    root: str | pathlib.Path = STORE, command: str | None = None
+) -> pathlib.Path:
+    """Run P6 on all ``N_WINDOWS`` windows and store it under ``root``
+    (:data:`REFERENCE_FILE`'s place in it), with its provenance: versions, CPU,
+    date, wall and CPU seconds, the command and the settings."""
+    wall, cpu = time.perf_counter(), time.process_time()
+    test = smollm2_causal_test(N_WINDOWS)
+    origin = provenance(time.perf_counter() - wall, command) | {
+        "cpu_seconds": round(time.process_time() - cpu, 3),
+        "date": datetime.now(UTC).isoformat(timespec="seconds"),
+    }
+    path = pathlib.Path(root) / REFERENCE_FILE.relative_to(STORE)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    data = {"provenance": origin, "settings": _settings(), "test": test.to_dict()}
+    write_file(path, data)
+    return path
+
+
+def load_reference(root: str | pathlib.Path = STORE) -> CausalTest:
+    """The stored P6 test (all ``N_WINDOWS`` windows), checked: its provenance, its
+    settings (the module's own) and its fields."""
+    path = pathlib.Path(root) / REFERENCE_FILE.relative_to(STORE)
+    if not path.exists():
+        raise ValueError(f"P6's stored test is missing ({path}); run: {COMMAND}")
+    data = read_file(path)
+    if set(data) != {"provenance", "settings", "test"}:
+        raise ValueError(
+            f"{path}: fields {sorted(data)}; expected provenance, settings, test"
         )
-    return CausalTest(runs, layers, spread)
+    if missing := {*PROVENANCE_KEYS, "cpu_seconds", "date"} - set(data["provenance"]):
+        raise ValueError(f"{path}: provenance lacks {sorted(missing)}")
+    if data["settings"] != _settings():
+        raise ValueError(
+            f"{path} was made with other settings ({data['settings']}); re-make it: "
+            f"{COMMAND}"
+        )
+    try:
+        test = CausalTest.from_dict(data["test"])
+    except ValueError as err:
+        raise ValueError(f"{path}: {err}; re-make it: {COMMAND}") from None
+    if test.inputs != INPUTS or any(test.windows(k) != N_WINDOWS for k in INPUTS):
+        raise ValueError(
+            f"{path}: expected {N_WINDOWS} windows of each of {list(INPUTS)}"
+        )
+    return test
 
 
 def loss_effect(test: CausalTest, kind: str, condition: str) -> Effect:
@@ -337,7 +567,7 @@ def p6_decisions(test: CausalTest) -> dict[str, Decision]:
     """The two P6 rows, decided on natural text: claim key -> decision. The random
     windows are the control (:func:`control_words`), not a cell: with nothing to
     predict, a change there shows what the intervention does apart from the text."""
-    windows = test.runs[("natural text", "none")].loss.size
+    windows = test.windows("natural text")
     base = (
         f"SmolLM2-135M, {windows} text windows of {WINDOW} tokens, loss over the "
         f"last {LOSS_POSITIONS}"
