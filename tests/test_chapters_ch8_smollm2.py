@@ -1,3 +1,4 @@
+import json
 import math
 
 import numpy as np
@@ -6,6 +7,8 @@ import torch
 import torch.nn.functional as F
 
 from lengthgen_lite.chapters import ch8_smollm2 as p6
+from lengthgen_lite.runs.store import STORE, read_file, write_file
+from tiny_models import causal_test_by_hand as hand_made
 from tiny_models import llama_tokens as tokens
 from tiny_models import tiny_llama
 
@@ -124,14 +127,106 @@ def test_causal_test_and_its_decisions_on_a_tiny_model(tiny):
     random weights spread attention, so no layer has a sink."""
     inputs = {kind: tokens(n=3, length=80, seed=i) for i, kind in enumerate(p6.INPUTS)}
     test = p6.causal_test(tiny, inputs)
-    assert test.layers == (0, 1)
-    assert set(test.runs) == {(k, c) for k in p6.INPUTS for c in p6.CONDITIONS}
+    assert test.layers == (0, 1) and test.ends == (64, 80)
+    assert set(test.losses) == {(k, c) for k in p6.INPUTS for c in p6.CONDITIONS}
+    assert test.inputs == p6.INPUTS and test.windows("random tokens") == 3
     assert test.change("natural text", "none") == pytest.approx(np.zeros(3))
+    for kind in p6.INPUTS:
+        assert test.ratio[kind][0] == 1 and test.ratio[kind].shape == (2,)
+        assert (
+            test.restored_gap[kind].max() < 1e-4
+        )  # the restored std is the reference's
     decisions = p6.p6_decisions(test)
     assert list(decisions) == [c.key for c in p6.P6_CLAIMS]
     for claim in p6.P6_CLAIMS:
         assert decisions[claim.key].final[0].cell == {"input": "natural text"}
     assert set(p6.control_words(test)) == {"logn", "std"}
+    # stored and read back: the same numbers, the same decisions
+    back = p6.CausalTest.from_dict(json.loads(json.dumps(test.to_dict())))
+    for key, loss in test.losses.items():
+        np.testing.assert_array_equal(back.losses[key], loss)
+    assert (back.layers, back.ends, back.inputs) == (
+        test.layers,
+        test.ends,
+        test.inputs,
+    )
+    for kind in p6.INPUTS:
+        np.testing.assert_array_equal(back.sinks[kind], test.sinks[kind])
+        np.testing.assert_array_equal(back.ratio[kind], test.ratio[kind])
+    again = p6.p6_decisions(back)
+    assert [d.number for d in again.values()] == [d.number for d in decisions.values()]
+
+
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        (lambda d: d.pop("ratio"), "a causal test has fields"),
+        (lambda d: d.update(inputs=[]), "inputs must be a list of distinct names"),
+        (lambda d: d["losses"].pop("random tokens"), "losses lacks the input"),
+        (lambda d: d["losses"]["natural text"].pop("std"), "must hold the conditions"),
+        (
+            lambda d: d["losses"]["natural text"]["logn"].pop(),
+            "the same windows \\(at least 2\\) under every condition",
+        ),
+        (
+            lambda d: d["losses"]["natural text"]["none"].__setitem__(0, "2.4"),
+            "losses\\['natural text'\\]\\['none'\\] must be a list of finite",
+        ),
+        (
+            lambda d: d.update(layers=[0, 1.5]),
+            "layers must be a non-empty list of ints",
+        ),
+        (lambda d: d["ratio"]["random tokens"].pop(), "ratio must hold 4 values"),
+        (lambda d: d["sinks"].pop("natural text"), "sinks lacks the input"),
+    ],
+)
+def test_a_malformed_stored_test_raises_naming_what_is_wrong(change, message):
+    data = hand_made(4).to_dict()
+    change(data)
+    with pytest.raises(ValueError, match=message):
+        p6.CausalTest.from_dict(data)
+
+
+def test_the_stored_test_round_trips_through_its_file(tmp_path, monkeypatch):
+    with pytest.raises(ValueError, match="run: lengthgen-lite smollm2"):
+        p6.load_reference(tmp_path)
+    monkeypatch.setattr(p6, "smollm2_causal_test", lambda n: hand_made(n))
+    path = p6.store_reference(tmp_path, command="test")
+    assert path == tmp_path / "ch8__smollm2" / "causal_test.json.gz"
+    back, made = p6.load_reference(tmp_path), hand_made()
+    for key, loss in made.losses.items():
+        np.testing.assert_array_equal(back.losses[key], loss)  # bit for bit
+    # a file made with other settings is stale: named, with the command that re-makes it
+    data = read_file(path)
+    data["settings"]["window"] = 256
+    write_file(path, data)
+    with pytest.raises(ValueError, match="other settings.*lengthgen-lite smollm2"):
+        p6.load_reference(tmp_path)
+    path.write_bytes(path.read_bytes()[:100])  # cut short
+    with pytest.raises(ValueError, match="is damaged.*re-make it: lengthgen-lite"):
+        p6.load_reference(tmp_path)
+
+
+def test_the_stored_test_decides_no_effect_on_text():
+    """The committed file (lengthgen-lite smollm2): P6's verdicts as the chapter
+    states them, read from the file alone."""
+    test = p6.load_reference()
+    assert test.inputs == p6.INPUTS and test.windows("natural text") == p6.N_WINDOWS
+    assert test.layers == (0, 1, 2)
+    assert max(test.restored_gap[k].max() for k in p6.INPUTS) < 1e-3
+    decisions = p6.p6_decisions(test)
+    assert [d.word for d in decisions.values()] == ["no effect", "no effect"]
+    assert p6.control_words(test)["std"] == "equivalent"
+    stored = read_file(STORE / p6.REFERENCE_FILE)["provenance"]
+    assert stored["cpu_seconds"] > 0 and stored["command"] == "lengthgen-lite smollm2"
+
+
+@pytest.mark.parametrize("n", [1, 21, 2.0, True])
+def test_the_window_count_is_checked_before_loading_anything(n):
+    with pytest.raises(ValueError, match="n_windows must be an integer between 2 and"):
+        p6.smollm2_windows(None, None, n)
+    with pytest.raises(ValueError, match="n_windows must be an integer between 2 and"):
+        p6.smollm2_causal_test(n)
 
 
 def test_claims_are_declared_with_their_sesoi():

@@ -1,6 +1,5 @@
 import numpy as np
 import pytest
-import torch
 
 from lengthgen_lite.chapters import ch8_smollm2 as p6
 from lengthgen_lite.viz import ch8_two_kinds as viz
@@ -11,12 +10,9 @@ def hand_made_test():
     restoration changes nothing."""
     base = {"natural text": np.linspace(2.0, 3.0, 5), "random tokens": np.full(5, 11.0)}
     shift = {"none": 0.0, "logn": 0.2, "std": 0.0}
-    runs = {
-        (kind, c): p6.LossRun(base[kind] + shift[c], np.zeros(2), torch.zeros(1, 1, 1))
-        for kind in p6.INPUTS
-        for c in p6.CONDITIONS
-    }
-    return p6.CausalTest(runs, (0,), {})
+    losses = {(k, c): base[k] + shift[c] for k in p6.INPUTS for c in p6.CONDITIONS}
+    per_input = {k: np.zeros(2) for k in p6.INPUTS}
+    return p6.CausalTest(losses, per_input, (0,), (64, 512), per_input, per_input)
 
 
 def test_causal_test_figure_draws_losses_and_paired_changes():
