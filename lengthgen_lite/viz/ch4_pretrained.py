@@ -138,7 +138,7 @@ def llama_layer0_figure(
     sizes: Sequence[int], records: Mapping[str, Any], n_sequences: int
 ) -> Figure:
     """SmolLM2's first layer: per-feature and global std after W_O, per input kind
-    (``records``: ch4_llama.LastPositionRecord)."""
+    (``records``: core.pretrained.LastPositionRecord)."""
     fig, axes = panels(
         2,
         width=5.6,

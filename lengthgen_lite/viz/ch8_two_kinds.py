@@ -1,9 +1,9 @@
 """Chapter 8's figures and its slider: two kinds of dispersion.
 
 Plotting only: the numbers come from :mod:`lengthgen_lite.chapters.ch8_two_kinds`
-(part A and B's curves, the test-time factor) and
+(part A and B's curves, the test-time factor),
 :mod:`lengthgen_lite.chapters.ch8_mechanism` (the proof's margins, the slider's
-profiles).
+profiles) and :mod:`lengthgen_lite.chapters.ch8_smollm2` (part D's losses).
 """
 
 from __future__ import annotations
@@ -16,6 +16,13 @@ from matplotlib.figure import Figure
 from plotly.subplots import make_subplots
 
 from ..chapters.ch8_mechanism import OUTPUT_NORMS, SCALINGS, GapProfile, MarginTable
+from ..chapters.ch8_smollm2 import (
+    CONDITIONS,
+    INPUTS,
+    LOSS_SESOI,
+    CausalTest,
+    loss_effect,
+)
 from ..chapters.ch8_two_kinds import (
     RETRIEVAL_TASKS,
     SET_VARIANTS,
@@ -174,3 +181,56 @@ def slider_figure(
     """The book's static slider over :func:`slider_grid` of :func:`slider_draw`."""
     draw = slider_draw(profiles, train_length)
     return static_slider_figure(draw, slider_grid(profiles), name=name)
+
+
+CONDITION_LABELS = {"none": "no change", "logn": "log-N scaling", "std": "std restored"}
+SHORT = {
+    "logn": "log N",
+    "std": "std",
+    "natural text": "text",
+    "random tokens": "random",
+}
+
+
+def plot_causal_test(test: CausalTest, *, title: str) -> Figure:
+    """Part D: each window's loss under the three conditions (grey lines, one per
+    window; the mean in colour), text and random tokens, and the paired changes (plain
+    minus intervened, one dot per window, the mean with its 95 % interval) against the
+    SESOI band."""
+    fig, axes = panels(3, width=4.2, height=3.9, title=title)
+    x = np.arange(len(CONDITIONS))
+    labels = [CONDITION_LABELS[c] for c in CONDITIONS]
+    for i, (ax, kind) in enumerate(zip(axes, INPUTS)):
+        losses = np.stack([test.loss(kind, c) for c in CONDITIONS], axis=1)
+        ax.plot(x, losses.T, color="0.6", lw=0.8, alpha=0.5)
+        ax.plot(x, losses.mean(0), "o-", color=PALETTE[i], lw=2, label="mean")
+        ax.set(title=kind, xticks=x, ylabel="next-token loss (nats per token)")
+        ax.set_xticklabels(labels, rotation=15)
+    ax = axes[2]
+    ax.axhspan(-LOSS_SESOI, LOSS_SESOI, color="0.9", label=f"±SESOI ({LOSS_SESOI})")
+    ax.axhline(0, color="0.4", lw=0.8)
+    ticks = []
+    for j, (kind, condition) in enumerate(
+        (k, c) for k in INPUTS for c in CONDITIONS[1:]
+    ):
+        change = test.change(kind, condition)
+        interval = loss_effect(test, kind, condition).interval
+        color = PALETTE[INPUTS.index(kind)]
+        ax.plot(j + np.linspace(-0.2, 0.2, change.size), change, ".", color=color)
+        ax.errorbar(
+            j + 0.3,
+            interval.mean,
+            yerr=[[interval.mean - interval.low], [interval.high - interval.mean]],
+            fmt="D",
+            color=color,
+            capsize=3,
+        )
+        ticks.append(f"{SHORT[condition]}\n{SHORT[kind]}")
+    ax.set(
+        title="paired change per window",
+        xticks=range(len(ticks)),
+        ylabel="plain minus intervened loss (nats)",
+    )
+    ax.set_xticklabels(ticks, fontsize="small")
+    ax.legend(fontsize="small", loc="best")
+    return fig
