@@ -14,7 +14,7 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
-from ..runs import Results
+from ..runs import Config, Results
 from ..runs.claims import TV_SESOI, Claim, Decision, Effect
 from ..runs.compare import level_effects, paired_effects, training_state
 from ..runs.stats import t_interval
@@ -204,12 +204,18 @@ def factor_retrieval_effects(
     return out
 
 
+def _stored(results: Results) -> list[Config]:
+    """The configurations with rows (a partial sweep's stored ones), in order."""
+    stored = {r["config"] for r in results.rows}
+    return [c for i, c in enumerate(results.configs) if i in stored]
+
+
 def test_time_set_effects(results: Results) -> list[Effect]:
     """P4 on set complement (``ch8/test_time_set``'s sweep): the no-norm models' TV
     beyond L minus the same models' with the test-time factor (variant "test_logn"),
     per seed (> 0: the factor gains), per target kind, v and budget."""
     effects = []
-    for config in results.configs:
+    for config in _stored(results):
         where = {"targets": config.targets, "v": config.v}
         for step in _steps(results):
             raw, factored = (
@@ -227,7 +233,7 @@ def test_time_retrieval_effects(results: Results) -> list[Effect]:
     accuracy the test-time factor recovers on the no-norm models, per seed, per task,
     learning rate and budget."""
     effects = []
-    for config in results.configs:
+    for config in _stored(results):
         for step in _steps(results):
             where = {"lr": config.lr, "step": step}
             factored = results.values(
