@@ -15,7 +15,10 @@ from lengthgen_lite.runs.runner import run_configuration
 
 NAMES = [*reference.SPECS, *reference.IN_PROGRESS]
 # the per-length metric each sweep's re-run compares
-METRIC = {"ch4/retrieval": "target_attention", "ch8/retrieval": "target_attention"}
+METRIC = {
+    name: "target_attention"
+    for name in ("ch4/retrieval", "ch8/retrieval", "ch8/test_time_retrieval")
+}
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -39,12 +42,14 @@ def test_one_seed_retrained_to_the_first_checkpoint_gives_the_stored_row(name):
     config = spec.configurations()[index]
     assert config.schedule == "constant", "a shorter run is the same run's prefix"
     metric = METRIC.get(name, "tv")
-    raw = {"variant": "raw", "scale": 1.0}
-    stored = results.curves(metric, config=index, step=first, **raw)[0]  # seed 0
     short = spec.with_overrides(seeds=[spec.seeds[0]], steps=first, checkpoints=())
     rows, _ = run_configuration(short, index, progress=False)
-    (row,) = [r for r in rows if r["variant"] == "raw" and r["scale"] == 1.0]
-    np.testing.assert_allclose(row[metric], stored, rtol=0.02, atol=2e-3)
+    # the raw weights, and the same weights with each test-time factor
+    for variant in ("raw", *(f"test_{factor}" for factor in spec.test_time)):
+        where = {"variant": variant, "scale": 1.0}
+        stored = results.curves(metric, config=index, step=first, **where)[0]  # seed 0
+        (row,) = [r for r in rows if r["variant"] == variant and r["scale"] == 1.0]
+        np.testing.assert_allclose(row[metric], stored, rtol=0.02, atol=2e-3)
 
 
 def test_chapter_two_claims_read_every_cell_of_chapter_one_sweep():
