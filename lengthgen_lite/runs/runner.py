@@ -166,7 +166,8 @@ def check_run_options(
 
 
 def sort_rows(spec: Spec, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Table order: configuration, step, variant (:meth:`Spec.variants`), logit
+    """Table order: configuration, step, variant
+    (:meth:`~lengthgen_lite.runs.spec.Spec.variants`), logit
     scale, seed."""
     variants = list(spec.variants())
     return sorted(
