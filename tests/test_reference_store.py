@@ -174,3 +174,18 @@ def test_p4s_sweeps_score_the_very_models_p1_and_p2_read(factored, trained, metr
                 main.values(metric, **fields, **ch8.SET_VARIANTS["none"], step=step),
                 rtol=1e-5,
             )
+
+
+def test_p5_is_decided_on_what_the_depth_sweep_has_stored():
+    """The depth sweep is in progress: each half of P5 is decided once its own
+    configurations are stored, and says that the grid is partial."""
+    sweep = reference.load("ch8/depth")
+    missing = sweep.provenance["missing"]
+    stored = [c for i, c in enumerate(sweep.configs) if i not in missing]
+    fields = {(c.positional, c.norm, c.logit_scale) for c in stored}
+    nope = {("none", "pre_final", "none"), ("none", "post", "none")} <= fields
+    rope = bool({("rope", "post", "none"), ("rope", "attn_out", "none")} & fields)
+    decided = {d.claim.key: d for d in reference.depth(sweep)}
+    assert ("ch8-score-depth" in decided) == nope
+    assert ("ch8-score-rope" in decided) == rope
+    assert all(("partial grid" in d.number) == bool(missing) for d in decided.values())

@@ -47,14 +47,15 @@ SPECS = {
 }
 # the claims whose reference sweeps are not complete yet, and what they wait for
 PENDING = {
-    "ch8-score-depth, ch8-score-rope (P5)": "the ch8/depth sweep (8 configurations x "
-    "10 seeds x 6000 steps of a two-layer model, about three hours of one core): "
-    "not run yet",
+    "ch8-score-depth, ch8-score-rope (P5)": "the rest of the ch8/depth sweep (in "
+    "progress: the configurations stored so far are in the provenance table), and a "
+    "live slice of part C that fits chapter 8's budget (two two-layer configurations "
+    "do not yet)",
 }
 
 
 # sweeps still running: the page shows the cells stored so far, and says how many
-IN_PROGRESS: dict[str, Spec] = {}
+IN_PROGRESS: dict[str, Spec] = {"ch8/depth": ch8.SPECS["ch8/depth"]}
 
 
 def load(name: str, store: Store | None = None) -> Results:
@@ -523,6 +524,22 @@ def two_kinds(
     return sorted(decisions, key=lambda d: order.index(d.claim.key))
 
 
+def depth(depth_sweep: Results) -> list[Decision]:
+    """Chapter 8's P5 on its depth sweep, each half once its configurations are
+    stored (the sweep is in progress): post-norm against pre_final under NoPE, and
+    the output norms' degradation beyond L under RoPE."""
+    detail = partial_note(depth_sweep)
+    effects = {
+        ch8c.DEPTH_CLAIM: ch8c.depth_effects(depth_sweep),
+        ch8c.ROPE_CLAIM: ch8c.rope_effects(depth_sweep),
+    }
+    return [
+        claim.decide(found, "reference", detail=detail)
+        for claim, found in effects.items()
+        if found
+    ]
+
+
 def partial_note(sweep: Results) -> str:
     """ ", partial grid: 20 of 44 configurations stored" while a sweep runs."""
     missing = sweep.provenance.get("missing") or []
@@ -542,6 +559,7 @@ __all__ = [
     "search_finds",
     "temperature",
     "two_kinds",
+    "depth",
     "dispersion",
     "gap_exponent",
     "layernorm_gain",
