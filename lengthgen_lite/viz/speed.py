@@ -331,8 +331,8 @@ RETRIEVAL_BARS = (
 
 def retrieval_numbers(section: Mapping[str, Any]) -> dict[str, Any]:
     """The retrieval numbers the speed page quotes (glue name -> value): the means
-    over configurations before and after, against issue 36's target (and the
-    configurations above it), the evaluation's seconds and the fresh-process compile
+    over configurations before and after, against issue 36's target (and how many
+    configurations are above it), the evaluation's seconds and the fresh-process compile
     costs' range."""
     _check_section(
         section,
@@ -354,13 +354,8 @@ def retrieval_numbers(section: Mapping[str, Any]) -> dict[str, Any]:
         "speed-retrieval-target": "met"
         if over <= 0
         else f"missed, by {over:.2g} ms per seed-step",
-        # the configurations whose step is above the target in this run
-        "speed-retrieval-over": ", ".join(
-            f"{r['config']} ({r['auto_ms']:.2f} ms)"
-            for r in rows
-            if r["auto_ms"] > RETRIEVAL_TARGET_MS
-        )
-        or "none",
+        # how many configurations' steps are above the target in this run
+        "speed-retrieval-over": sum(r["auto_ms"] > RETRIEVAL_TARGET_MS for r in rows),
         "speed-retrieval-eval-before": round(
             float(np.mean(_column(rows, "eval_before_s"))), 1
         ),
