@@ -429,13 +429,22 @@ DTYPES = {"float32": "fp32", "bfloat16": "bf16"}
 
 
 def bf16_text(section: Mapping[str, Any]) -> str:
-    """The CPU's bfloat16 support as the page states it: native (with its flags),
-    emulated, or not known."""
+    """The CPU's bfloat16 support as the page states it (native, with its flags;
+    emulated; or not known), and what that says of the bfloat16 timings."""
     if section["native_bf16"] is None:
-        return "not known (/proc/cpuinfo was not readable)"
+        return (
+            "not known (/proc/cpuinfo was not readable), so neither is what these "
+            "bfloat16 timings say of another CPU"
+        )
     if section["native_bf16"]:
-        return f"native ({', '.join(section['bf16_flags'])})"
-    return "emulated (no AVX512_BF16, AMX or BF16 flag)"
+        return (
+            f"native ({', '.join(section['bf16_flags'])}): these bfloat16 timings say "
+            "little about a CPU without these instructions"
+        )
+    return (
+        "emulated (no AVX512_BF16, AMX or BF16 flag): these bfloat16 timings say "
+        "nothing about a CPU that runs bfloat16 natively"
+    )
 
 
 def depth_numbers(section: Mapping[str, Any]) -> dict[str, Any]:
