@@ -145,9 +145,11 @@ execute: $(ENV) $(SMOLLM2)
 	    --ExecutePreprocessor.timeout=7200 --ExecutePreprocessor.record_timing=False {} \
 	  && echo "executed {} in $$(( $$(date +%s) - start )) s"'
 
-# Measures what every chapter costs, what batching seeds buys and what the training loop's fast path
-# buys (about thirty minutes, one thread), then re-executes the speed page that shows it.
-# `make bench BENCH_ARGS=--fast-path` measures only the fast path (about fifteen minutes).
+# Measures what every chapter costs, what batching seeds buys, what the training loop's fast path
+# buys, chapter 4's retrieval training and the two-layer step in float32 and bfloat16 (about an hour
+# and a half, one thread), then re-executes the speed page that shows it. `make bench
+# BENCH_ARGS=--fast-path` (about twenty minutes), `--retrieval` (about half an hour) or `--depth`
+# (about twenty minutes) measures only that section and merges it into the results file.
 bench: $(ENV) $(SMOLLM2)
 	$(BIN)/python benchmarks/speed.py $(BENCH_ARGS)
 	$(MAKE) --no-print-directory execute NB=book/speed.ipynb
