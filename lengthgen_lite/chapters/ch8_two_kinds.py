@@ -244,8 +244,10 @@ def _test_time_logn(results: Results, **where: object) -> Curves:
 def factor_set_values(results: Results, targets: str) -> np.ndarray:
     """P4 on set complement (live run): TV beyond L of the no-norm models with the
     test-time factor: [K]."""
-    curves = _test_time_logn(results, targets=targets, **SET_VARIANTS["none"])
-    beyond = np.asarray(curves["s"]) > results.configs[0].setup().train_length
+    where = {"targets": targets, **SET_VARIANTS["none"]}
+    curves = _test_time_logn(results, **where)
+    L = results.train_length[results.select(**where)[0]["config"]]
+    beyond = np.asarray(curves["s"]) > L
     return np.asarray(curves["tv"])[:, beyond].mean(axis=1)
 
 
