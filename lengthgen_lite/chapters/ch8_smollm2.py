@@ -28,7 +28,7 @@ Windows are the unit of replication: each effect is a paired difference per wind
 with its t-interval over the windows.
 
 Two scales, as the trained chapters have: the full test (``N_WINDOWS``, 20 windows
-per input, about 4 minutes on one idle core, 13 on a loaded one) is run once by
+per input, 216 s on a loaded core when the shipped file was made) is run once by
 ``lengthgen-lite smollm2`` (:func:`store_reference`) and shipped as package data beside
 the reference sweeps (``REFERENCE_FILE``, read by :func:`load_reference`); the notebook
 runs a live slice, its first ``LIVE_WINDOWS`` windows, to show the interventions at
@@ -69,7 +69,7 @@ WINDOW = 512  # tokens a window holds: the tested N
 REFERENCE = 64  # the length whose level the interventions keep (log N's n_train)
 LOSS_POSITIONS = 64  # the last predicted tokens of a window the loss averages
 N_WINDOWS = 20  # windows per input kind: the stored test
-LIVE_WINDOWS = 3  # the notebook's slice: the first 3 of them (about 30 s on one core)
+LIVE_WINDOWS = 3  # the notebook's slice: the first 3 of them (about 40 s, loaded)
 CONDITIONS = ("none", "logn", "std")
 INPUTS = ("natural text", "random tokens")
 # 0.05 nats per token: a 5 % change in perplexity (e^0.05 = 1.05), small next to the
