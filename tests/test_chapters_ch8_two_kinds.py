@@ -80,17 +80,32 @@ def test_depth_spec_and_its_claims():
     assert [(c.positional, c.norm) for c in live.configurations()] == [
         ("none", "pre_final"),
         ("none", "post"),
+        ("rope", "post"),
     ]
+    assert {(c.steps, c.train_path) for c in live.configurations()} == {(500, "fast")}
     reference = live.at_tier("reference").configurations()
     assert {c.positional for c in reference} == {"none", "rope"} and len(reference) == 8
     assert {(c.n_layers, c.v, c.targets) for c in reference} == {(2, 32, "sampled")}
+    assert {(c.steps, c.train_path) for c in reference} == {(6000, "auto")}
     depth = run(live.with_overrides(steps=20, seeds=2), progress=False)
     (effect,) = ch8_claims.depth_effects(depth)
     assert effect.cell == {"variant": "post"} and effect.interval.n == 2
     assert ch8_claims.DEPTH_CLAIM.decide([effect]).word in VERDICTS
+    # the live slice has RoPE post only: one cell of the second half, and NoPE's
+    # degradation (context, not a claim) from the same function
+    decided = ch8_claims.depth_scorecard(depth)
+    assert list(decided) == ["ch8-score-depth", "ch8-score-rope"]
+    (rope_cell,) = ch8_claims.rope_effects(depth)
+    (nope_cell,) = ch8_claims.degradation_effects(depth, "none")
+    assert rope_cell.cell == nope_cell.cell == {"variant": "post"}
+    assert set(ch8.depth_curves(depth, "tv", "none")) == {"pre_final", "post"}
+    assert ch8.depth_curves(depth, "tv", "rope")["post"].shape[0] == 2
+    with pytest.raises(ValueError, match="positional"):
+        ch8.depth_curves(depth, "tv", "alibi")
     rope = [
         {"positional": "rope", **ch8.DEPTH_VARIANTS[n]} for n in ("post", "attn_out")
     ]
     rope_run = run(live.with_overrides(configs=rope, steps=20, seeds=2), progress=False)
     effects = ch8_claims.rope_effects(rope_run)
     assert [e.cell["variant"] for e in effects] == ["post", "attn_out"]
+    assert list(ch8_claims.depth_scorecard(rope_run)) == ["ch8-score-rope"]

@@ -177,8 +177,8 @@ def test_p4s_sweeps_score_the_very_models_p1_and_p2_read(factored, trained, metr
 
 
 def test_p5_is_decided_on_what_the_depth_sweep_has_stored():
-    """The depth sweep is in progress: each half of P5 is decided once its own
-    configurations are stored, and says that the grid is partial."""
+    """Each half of P5 is decided once its own configurations are stored, and says
+    so while the grid is partial (the sweep was committed as it landed)."""
     sweep = reference.load("ch8/depth")
     missing = sweep.provenance["missing"]
     stored = [c for i, c in enumerate(sweep.configs) if i not in missing]

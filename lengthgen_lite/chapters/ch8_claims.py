@@ -1,6 +1,7 @@
-"""Chapter 8's scorecard: issue 37's predictions P1-P4, declared once before any run
+"""Chapter 8's scorecard: issue 37's predictions P1-P5, declared once before any run
 (each a :class:`~lengthgen_lite.runs.claims.Claim` with its SESOI), and the effects
-that decide them on the runs of :mod:`~lengthgen_lite.chapters.ch8_two_kinds`.
+that decide them on the runs of :mod:`~lengthgen_lite.chapters.ch8_two_kinds` (P6,
+on SmolLM2, is :mod:`~lengthgen_lite.chapters.ch8_smollm2`'s).
 
 "At most" claims (sharpening gains nothing on set complement; LN recovers nothing on
 retrieval; the combination is no worse than the better remedy) are judged one-sided
@@ -15,7 +16,7 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 
 from ..runs import Config, Results
-from ..runs.claims import TV_SESOI, Claim, Decision, Effect
+from ..runs.claims import TV_SESOI, Claim, Decision, Effect, Tier
 from ..runs.compare import level_effects, paired_effects, training_state
 from ..runs.stats import t_interval
 from .ch8_two_kinds import (
@@ -313,10 +314,10 @@ def depth_effects(depth: Results) -> list[Effect]:
     )
 
 
-def rope_effects(depth: Results) -> list[Effect]:
-    """P5, second half: under RoPE, TV beyond L minus TV at the training lengths of the
-    models with an output norm (post, attn_out), per seed (> 0: worse beyond L), one
-    cell per placement and budget (a reference sweep's: the live slice has no RoPE)."""
+def degradation_effects(depth: Results, positional: str) -> list[Effect]:
+    """TV beyond L minus TV at the training lengths of the two-layer models with an
+    output norm (post, attn_out) under ``positional``, per seed (> 0: worse beyond L),
+    one cell per placement and budget the run has (the live slice: post only)."""
 
     def degradation(results: Results, **where: object) -> np.ndarray:
         return results.values("tv_beyond", **where) - results.values(
@@ -328,11 +329,29 @@ def rope_effects(depth: Results) -> list[Effect]:
         for name in ("post", "attn_out")
         for effect in _named(
             level_effects(
-                depth, degradation, positional="rope", **DEPTH_VARIANTS[name]
+                depth, degradation, positional=positional, **DEPTH_VARIANTS[name]
             ),
             variant=name,
         )
     ]
+
+
+def rope_effects(depth: Results) -> list[Effect]:
+    """P5, second half: :func:`degradation_effects` under RoPE."""
+    return degradation_effects(depth, "rope")
+
+
+def depth_scorecard(
+    depth: Results, tier: Tier = "live", detail: str = ""
+) -> dict[str, Decision]:
+    """P5's rows (``DEPTH_CLAIMS``) decided on a run of ``ch8/depth``: each half the run
+    has configurations for (a sweep in progress may have neither yet)."""
+    effects = {DEPTH_CLAIM: depth_effects(depth), ROPE_CLAIM: rope_effects(depth)}
+    return {
+        claim.key: claim.decide(found, tier, detail=detail)
+        for claim, found in effects.items()
+        if found
+    }
 
 
 # The chapter's scorecard claims, declared once, before any run (issue 37's P1-P4).
@@ -452,9 +471,9 @@ CLAIMS = (
     FACTOR_SET_CLAIM,
     FACTOR_RETRIEVAL_CLAIM,
 )
-# P5 (part C), declared with the others; decided where ch8/depth has run (its live
-# slice: the first half; the reference sweep: both). Not in CLAIMS: the notebook's live
-# run does not train part C yet.
+# P5 (part C), declared with the others; decided where ch8/depth has run (chapter 8's
+# second page: its live slice, and the reference sweep). Not in CLAIMS, the first
+# page's rows.
 #: P5, first half: post-norm's advantage survives two layers under NoPE.
 DEPTH_CLAIM = Claim(
     "ch8-score-depth",

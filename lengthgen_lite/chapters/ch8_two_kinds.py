@@ -9,7 +9,8 @@ n_train). The chapter puts the two families side by side, as data:
   *correctly* uniform and the output is diluted like 1/s;
 - part B (``SPECS["ch8/retrieval"]``): chapter 4's argmax retrieval and dictionary
   lookup, where the weight on the one right item fades toward 1/N;
-- part C (``SPECS["ch8/depth"]``): two layers, without positions (NoPE) and with RoPE.
+- part C (``SPECS["ch8/depth"]``, the chapter's second page): two layers, without
+  positions (NoPE) and with RoPE (:func:`depth_curves`).
 
 The prediction, a double dissociation, is declared before any run as the claims of
 :mod:`~lengthgen_lite.chapters.ch8_claims` (issue 37's P1-P4, each with its
@@ -164,16 +165,21 @@ DEPTH_BASE = {
     "n_heads": 4,
     "d_mlp": 256,
 }
-# the live slice: NoPE, post-norm against pre_final (P5's first half); the reference
-# sweep trains the whole grid
-DEPTH_LIVE = ("pre_final", "post")
+# the live slice: post-norm against pre_final under NoPE (P5's first half), post-norm
+# under RoPE (its second); the reference sweep trains the whole grid
+DEPTH_LIVE = (("none", "pre_final"), ("none", "post"), ("rope", "post"))
 
 SPECS["ch8/depth"] = Spec(
     name="ch8/depth",
     description="two layers on set complement (v = 32, L = 8, sampled targets): NoPE "
     "and RoPE x pre_final, post, attn_out, ssmax",
-    configs=[{"positional": "none", **DEPTH_VARIANTS[n]} for n in DEPTH_LIVE],
-    base=DEPTH_BASE,
+    configs=[{"positional": p, **DEPTH_VARIANTS[n]} for p, n in DEPTH_LIVE],
+    # live: 500 steps, eagerly. A two-layer step costs about 4x a one-layer one, and
+    # compiling it 68-83 s in a fresh process with a cold inductor cache (`make
+    # bench`'s depth section), more than 500 steps save; the reference tier trains
+    # 6000 steps and its "auto" compiles
+    base={**DEPTH_BASE, "train_path": "fast"},
+    steps=500,
     seeds=SEEDS,
     reference={
         "configs": [
@@ -207,6 +213,20 @@ def set_curves(
     return {
         name: results.curves(metric, targets=targets, **variant_fields(name))
         for name in variants
+    }
+
+
+def depth_curves(
+    results: Results, metric: str, positional: str
+) -> dict[str, np.ndarray]:
+    """Per-length ``metric`` of each part-C placement ``results`` trained under
+    ``positional`` ("none" or "rope"): name -> [K, len(s)]. Only the placements it has
+    (the live slice: three of the reference sweep's eight)."""
+    require_choice("positional", positional, POSITIONS)
+    return {
+        name: results.curves(metric, positional=positional, **fields)
+        for name, fields in DEPTH_VARIANTS.items()
+        if results.select(positional=positional, **fields)
     }
 
 

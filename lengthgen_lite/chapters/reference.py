@@ -44,18 +44,11 @@ SPECS = {
     "ch8/retrieval": ch8.SPECS["ch8/retrieval"],
     "ch8/test_time_set": ch8.SPECS["ch8/test_time_set"],
     "ch8/test_time_retrieval": ch8.SPECS["ch8/test_time_retrieval"],
+    "ch8/depth": ch8.SPECS["ch8/depth"],
 }
-# the claims whose reference sweeps are not complete yet, and what they wait for
-PENDING = {
-    "ch8-score-depth, ch8-score-rope (P5)": "the rest of the ch8/depth sweep (in "
-    "progress: the configurations stored so far are in the provenance table), and a "
-    "live slice of part C that fits chapter 8's budget (two two-layer configurations "
-    "do not yet)",
-}
-
-
 # sweeps still running: the page shows the cells stored so far, and says how many
-IN_PROGRESS: dict[str, Spec] = {"ch8/depth": ch8.SPECS["ch8/depth"]}
+# (a long sweep's configurations are committed as they land; none runs now)
+IN_PROGRESS: dict[str, Spec] = {}
 
 
 def load(name: str, store: Store | None = None) -> Results:
@@ -525,19 +518,11 @@ def two_kinds(
 
 
 def depth(depth_sweep: Results) -> list[Decision]:
-    """Chapter 8's P5 on its depth sweep, each half once its configurations are
-    stored (the sweep is in progress): post-norm against pre_final under NoPE, and
-    the output norms' degradation beyond L under RoPE."""
-    detail = partial_note(depth_sweep)
-    effects = {
-        ch8c.DEPTH_CLAIM: ch8c.depth_effects(depth_sweep),
-        ch8c.ROPE_CLAIM: ch8c.rope_effects(depth_sweep),
-    }
-    return [
-        claim.decide(found, "reference", detail=detail)
-        for claim, found in effects.items()
-        if found
-    ]
+    """Chapter 8's P5 on its depth sweep (each half once its configurations are
+    stored): post-norm against pre_final under NoPE, and the output norms'
+    degradation beyond L under RoPE."""
+    decided = ch8c.depth_scorecard(depth_sweep, "reference", partial_note(depth_sweep))
+    return list(decided.values())
 
 
 def partial_note(sweep: Results) -> str:
@@ -565,7 +550,6 @@ __all__ = [
     "layernorm_gain",
     "partial_note",
     "DROPOUT_RATES",
-    "PENDING",
     "budget_numbers",
     "SPECS",
     "configs_where",

@@ -1,7 +1,7 @@
 """Chapter 8's figures and its slider: two kinds of dispersion.
 
 Plotting only: the numbers come from :mod:`lengthgen_lite.chapters.ch8_two_kinds`
-(part A and B's curves, the test-time factor),
+(part A, B and C's curves, the test-time factor),
 :mod:`lengthgen_lite.chapters.ch8_mechanism` (the proof's margins, the slider's
 profiles) and :mod:`lengthgen_lite.chapters.ch8_smollm2` (part D's losses).
 """
@@ -24,10 +24,13 @@ from ..chapters.ch8_smollm2 import (
     loss_effect,
 )
 from ..chapters.ch8_two_kinds import (
+    DEPTH_VARIANTS,
+    POSITIONS,
     RETRIEVAL_TASKS,
     SET_VARIANTS,
     TARGETS,
     Results,
+    depth_curves,
     retrieval_curves,
     set_curves,
 )
@@ -43,6 +46,9 @@ COLORS = {
 }
 COLORS["LN"], COLORS["ssmax+LN"] = COLORS["attn_out"], COLORS["ssmax+attn_out"]
 DASHED = {name: "--" for name in ("ssmax", "logn", "none x log N")}
+# part C: pre_final is the two-layer block without an output norm
+COLORS["pre_final"] = COLORS["none"]
+POSITION_NAMES = {"none": "no positions (NoPE)", "rope": "rotary positions (RoPE)"}
 
 
 def plot_set_variants(results: Results, *, train_length: int, title: str) -> Figure:
@@ -91,6 +97,28 @@ def plot_retrieval(
             axis="N",
             ax=ax,
         )
+    return fig
+
+
+def plot_depth(results: Results, *, train_length: int, title: str) -> Figure:
+    """Part C: TV by prefix length of each two-layer placement ``results`` has,
+    without positions (left) and with RoPE (right); mean over seeds, min-max band."""
+    fig, axes = panels(2, width=5.6, height=3.9, title=title, sharey=True)
+    for i, (ax, positional) in enumerate(zip(axes, POSITIONS)):
+        s = results.lengths(positional=positional, **DEPTH_VARIANTS["post"])
+        plot_length_curves(
+            s,
+            depth_curves(results, "tv", positional),
+            train_length=train_length,
+            ylabel="TV to p* (0 = perfect)",
+            title=POSITION_NAMES[positional],
+            colors=COLORS,
+            linestyles=DASHED,
+            ylim=(0, 1),
+            legend="below" if i == 1 else False,  # both panels' entries, once
+            ax=ax,
+        )
+        ax.set_xticks([1, train_length, *range(2 * train_length, s[-1] + 1, 8)])
     return fig
 
 
