@@ -174,10 +174,10 @@ SPECS["ch8/depth"] = Spec(
     description="two layers on set complement (v = 32, L = 8, sampled targets): NoPE "
     "and RoPE x pre_final, post, attn_out, ssmax",
     configs=[{"positional": p, **DEPTH_VARIANTS[n]} for p, n in DEPTH_LIVE],
-    # live: 500 steps, eagerly. A two-layer step costs about 4x a one-layer one, and
-    # compiling it 68-83 s in a fresh process with a cold inductor cache (`make
-    # bench`'s depth section), more than 500 steps save; the reference tier trains
-    # 6000 steps and its "auto" compiles
+    # live: 500 steps, eagerly. `make bench`'s depth section: 17 ms per seed-step
+    # eagerly, 11 compiled, and 68-83 s to compile in a fresh process with a cold
+    # inductor cache, so compiling would save about 9 s of 3 seeds x 500 steps and
+    # cost far more; the reference tier trains 6000 steps and its "auto" compiles
     base={**DEPTH_BASE, "train_path": "fast"},
     steps=500,
     seeds=SEEDS,
