@@ -222,8 +222,10 @@ def test_a_fixed_model_names_its_replicates_and_no_budget():
         0.05,
         replicates="sequences",
     )
-    number = fixed.decide([cell(0.2, 0.05, step=0)]).number
-    assert "1 cell x 10 sequences;" in number and "steps" not in number
+    decided = fixed.decide([cell(0.2, 0.05, step=0)])
+    assert "1 cell x 10 sequences;" in decided.number and "steps" not in decided.number
+    assert decided.budget == "no training budget: a fixed model"
+    assert CLAIM.decide([cell(0.2, 0.05)]).budget == "one budget (6000 steps)"
     assert "x 10 seeds, 6000 steps" in CLAIM.decide([cell(0.2, 0.05)]).number
 
 

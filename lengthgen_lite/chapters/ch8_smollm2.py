@@ -61,7 +61,7 @@ from ..core.pretrained import (
     text_windows,
 )
 from ..core.validation import is_int, is_number, require_choice, require_int
-from ..runs.claims import Claim, Decision, Effect, cell_word
+from ..runs.claims import Claim, Decision, Effect, Tier, cell_word
 from ..runs.results import PROVENANCE_KEYS, provenance
 from ..runs.store import STORE, read_file, write_file
 
@@ -567,8 +567,9 @@ def loss_effect(test: CausalTest, kind: str, condition: str) -> Effect:
     return Effect.of(test.change(kind, condition), 0, input=kind)
 
 
-def p6_decisions(test: CausalTest) -> dict[str, Decision]:
-    """The two P6 rows, decided on natural text: claim key -> decision. The random
+def p6_decisions(test: CausalTest, tier: Tier = "live") -> dict[str, Decision]:
+    """The two P6 rows, decided on natural text: claim key -> decision (``tier``
+    "reference" for the stored test, the scorecard's reference column). The random
     windows are the control (:func:`control_words`), not a cell: with nothing to
     predict, a change there shows what the intervention does apart from the text."""
     windows = test.windows("natural text")
@@ -583,6 +584,7 @@ def p6_decisions(test: CausalTest) -> dict[str, Decision]:
     return {
         claim.key: claim.decide(
             [loss_effect(test, "natural text", condition)],
+            tier,
             detail=f"{base}; {done[condition]}",
         )
         for claim, condition in ((LOGN_LOSS_CLAIM, "logn"), (STD_LOSS_CLAIM, "std"))

@@ -250,6 +250,8 @@ class Decision:
     def budget(self) -> str:
         """The word at every budget, and whether the effect is still moving."""
         steps = sorted({e.step for e in self.effects})
+        if steps == [0]:  # measured on a fixed model (step 0): nothing was trained
+            return "no training budget: a fixed model"
         if len(steps) < 2:
             return f"one budget ({steps[0]} steps)" if steps else "no budget"
         sesoi, test = self.claim.sesoi, self.claim.test
