@@ -58,7 +58,8 @@ class Run:
 
 
 def chapter_runs(steps: int) -> list[Run]:
-    """Chapters 1, 5, 6 and 7 (game and a language), each with ``steps`` steps."""
+    """Chapters 1, 5 (post-norm, and dropout: masks passed into the compiled step), 6
+    and 7 (game and a language), each with ``steps`` steps."""
 
     def setup(targets: str, norm: str) -> tuple[Task, ModelConfig, TrainConfig]:
         task, model_cfg, cfg = ch1.baseline_setup(targets, norm)
@@ -86,6 +87,10 @@ def chapter_runs(steps: int) -> list[Run]:
                 averagers,
             )
         )
+    # chapter 5's dropout (the first paper version's remedy), both sites at 0.1
+    task, model_cfg, cfg = setup("soft", "none")
+    dropout = replace(model_cfg, attn_dropout=0.1, resid_dropout=0.1)
+    runs.append(Run("ch5 dropout", dropout, task, cfg, 5, {}))
     for name in ("tictactoe", "dyck1"):
         s = ch7.task_setup(name)
         model_cfg = ModelConfig(

@@ -23,6 +23,16 @@ rm -f "$logs/book.log" "$logs/pdf.log" "$logs/browser.log" "$logs/live.log"
 : > "$logs/stages.txt"
 start=$(date +%s)
 elapsed() { echo $(( $(date +%s) - $1 )); }
+# CPU seconds (user + system) of this shell's children that have finished so far: with the wall
+# seconds, what each stage takes from the two cores (the side stages share them with pytest).
+# `times` runs in this shell (not in a pipe or $(...), whose subshell has no finished children).
+cpu=0
+child_cpu() {
+  local file="$logs/times.$BASHPID"
+  times > "$file"
+  cpu=$(awk 'NR == 2 { split($1, u, "m"); split($2, s, "m"); printf "%.0f", u[1] * 60 + u[2] + s[1] * 60 + s[2] }' "$file")
+  rm -f "$file"
+}
 
 echo "--- make lint (ruff format --check, ruff check)"
 t=$(date +%s)
@@ -34,37 +44,42 @@ lint_status=$(( format_status || check_status ))
 echo "stage lint: $(elapsed "$t") s, exit $lint_status" >> "$logs/stages.txt"
 
 (
-  t=$(date +%s)
+  t=$(date +%s); child_cpu; c=$cpu
   make --no-print-directory book > "$logs/book.log" 2>&1
   status=$?
-  echo "stage book (beside pytest): $(elapsed "$t") s, exit $status" >> "$logs/stages.txt"
+  child_cpu
+  echo "stage book (beside pytest): $(elapsed "$t") s, $(( cpu - c )) CPU s, exit $status" >> "$logs/stages.txt"
   [ $status -eq 0 ] || exit $status
-  t=$(date +%s)
+  t=$(date +%s); child_cpu; c=$cpu
   { make --no-print-directory pdf && "$bin/python" tests/check_pdf.py "$pdf" _build/html; } > "$logs/pdf.log" 2>&1
   status=$?
-  echo "stage pdf + its check (beside pytest): $(elapsed "$t") s, exit $status" >> "$logs/stages.txt"
+  child_cpu
+  echo "stage pdf + its check (beside pytest): $(elapsed "$t") s, $(( cpu - c )) CPU s, exit $status" >> "$logs/stages.txt"
   [ $status -eq 0 ] || exit $status
-  t=$(date +%s)
+  t=$(date +%s); child_cpu; c=$cpu
   make --no-print-directory check-dist MIN_SLIDERS="$min_sliders" > "$logs/browser.log" 2>&1
   status=$?
-  echo "stage release files: browser + axe and file:// on the unpacked archive, a chapter from the wheel (beside pytest): $(elapsed "$t") s, exit $status" >> "$logs/stages.txt"
+  child_cpu
+  echo "stage release files: browser + axe and file:// on the unpacked archive, a chapter from the wheel (beside pytest): $(elapsed "$t") s, $(( cpu - c )) CPU s, exit $status" >> "$logs/stages.txt"
   exit $status
 ) &
 book_pid=$!
 
 (
-  t=$(date +%s)
+  t=$(date +%s); child_cpu; c=$cpu
   node tests/browser/test_live.mjs "$bin" notebooks/02_attention_dispersion.ipynb _build/live > "$logs/live.log" 2>&1
   status=$?
-  echo "stage live JupyterLab, chapter 2 (beside pytest): $(elapsed "$t") s, exit $status" >> "$logs/stages.txt"
+  child_cpu
+  echo "stage live JupyterLab, chapter 2 (beside pytest): $(elapsed "$t") s, $(( cpu - c )) CPU s, exit $status" >> "$logs/stages.txt"
   exit $status
 ) &
 live_pid=$!
 
-t=$(date +%s)
+t=$(date +%s); child_cpu; c=$cpu
 "$bin/pytest" -n "$workers" --dist loadfile --durations=12
 pytest_status=$?
-echo "stage pytest (unit + notebooks on stored and new seeds): $(elapsed "$t") s"
+child_cpu
+echo "stage pytest (unit + notebooks on stored and new seeds): $(elapsed "$t") s, $(( cpu - c )) CPU s"
 echo "--- margins of the asserted claims (tests/margins_report.py)"
 "$bin/python" tests/margins_report.py _build/margins
 margins_status=$?
@@ -86,7 +101,8 @@ if [ -s "$logs/browser.log" ]; then
   cat "$logs/browser.log"
 fi
 cat "$logs/stages.txt"
-echo "stage total: $(elapsed "$start") s"
+child_cpu
+echo "stage total: $(elapsed "$start") s, $cpu CPU s (2 cores: at most twice the wall seconds)"
 if [ $lint_status -ne 0 ] || [ $pytest_status -ne 0 ] || [ $margins_status -ne 0 ] || [ $book_status -ne 0 ] || [ $live_status -ne 0 ]; then
   echo "make test FAILED: lint exit $lint_status (make format fixes most), pytest exit $pytest_status, margins exit $margins_status, book + pdf + browser exit $book_status, live exit $live_status"
   exit 1

@@ -17,6 +17,7 @@ from lengthgen_lite.core.evaluation import evaluate_set_complement
 from lengthgen_lite.core.fast_path import (
     CHUNK,
     chunked_batches,
+    dropout_sites,
     fast_forward,
     padded_items,
     plan_path,
@@ -54,6 +55,13 @@ class PerSeedOnly:
 
     def sample_train_batch(self, batch, size, generator):
         return self.inner.sample_train_batch(batch, size, generator)
+
+
+class TwoSizes(PerSeedOnly):
+    """Trains on two sizes: no fixed shape to compile."""
+
+    def train_sizes(self):
+        return (2, 3)
 
 
 def assert_same_training(a, b, v):
@@ -180,6 +188,60 @@ def test_compiled_path_trains_chapter_eights_options_as_the_reference_path():
     assert_same_training(runs["reference"], runs["compiled"], TASK.v)
     s = [m.blocks[0].attn.ssmax_s for m in runs["compiled"].models]
     assert all(not torch.allclose(x, torch.full((2,), 1 / np.log(3))) for x in s)
+
+
+@pytest.mark.filterwarnings(
+    "ignore:`torch.jit.script_method` is deprecated:DeprecationWarning"
+)
+@pytest.mark.filterwarnings(
+    "ignore:The .grad attribute of a Tensor that is not a leaf Tensor:UserWarning"
+)
+def test_compiled_dropout_draws_the_eager_masks_in_one_graph_for_every_rate():
+    # chapter 5's dropout: attention and residual dropout (after the attention and
+    # after the MLP), in two layers
+    model_cfg = replace(MODEL, d_mlp=16, norm="post", n_layers=2)
+    configs = [
+        replace(model_cfg, attn_dropout=0.1, resid_dropout=0.3),
+        # other rates, and sites at rate 0 (ones passed in): the same graph
+        replace(model_cfg, attn_dropout=0.3),
+    ]
+    cfg = TrainConfig(steps=25, warmup=5, batch=32, lr=1e-2, targets="sampled")
+    graphs = torch._dynamo.utils.counters["stats"]["unique_graphs"]
+    for model_cfg in configs:
+        assert plan_path(model_cfg, TASK, replace(cfg, path="compiled"), 3).label == (
+            "chunked_data + fast_model + token_tables + masked_dropout + compiled"
+        )
+        runs = train_paths(model_cfg, cfg, ("reference", "compiled"))
+        # other masks would move the losses by percents within a few steps
+        assert_same_training(runs["reference"], runs["compiled"], TASK.v)
+    # one graph for both
+    assert torch._dynamo.utils.counters["stats"]["unique_graphs"] == graphs + 1
+
+
+def test_dropout_sites_are_found_in_call_order():
+    model = Transformer(replace(MODEL, attn_dropout=0.1, resid_dropout=0.2, d_mlp=8))
+    sites = dropout_sites(model.train(), batch=4, length=3)
+    assert sites == [
+        ("blocks.0.attn.dropout.mask", 0.1, (4, 1, 3, 3)),
+        ("blocks.0.dropout.mask", 0.2, (4, 3, 16)),
+        ("blocks.0.mlp_dropout.mask", 0.2, (4, 3, 16)),
+    ]
+    # the finding forward leaves the mode alone and draws no random number
+    assert model.training
+    state = torch.get_rng_state()
+    dropout_sites(model, batch=4, length=3)
+    assert torch.equal(torch.get_rng_state(), state)
+
+    class Twice(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.dropout = torch.nn.Dropout(0.1)
+
+        def forward(self, tokens):
+            return self.dropout(self.dropout(tokens.float()))
+
+    with pytest.raises(ValueError, match="called twice"):
+        dropout_sites(Twice(), batch=2, length=3)
 
 
 @pytest.mark.parametrize(
@@ -343,12 +405,17 @@ def test_auto_compiles_only_long_trainings():
 
 
 def test_compiled_path_rejects_what_it_cannot_compile():
+    compiled = TrainConfig(steps=10, warmup=0, path="compiled")
     with pytest.raises(ValueError, match="path='compiled' needs one training size"):
+        plan_path(MODEL, TwoSizes(), compiled, 3)
+    # the retrieval model's query-only forward has no masks to take
+    with pytest.raises(ValueError, match="no dropout in the retrieval model"):
         plan_path(
-            replace(MODEL, attn_dropout=0.1),
-            TASK,
-            TrainConfig(steps=10, warmup=0, path="compiled"),
+            retrieval_config(ArgmaxRetrieval(), "baseline", attn_dropout=0.1),
+            ArgmaxRetrieval(),
+            compiled,
             3,
+            RetrievalTransformer,
         )
     with pytest.raises(ValueError, match="path='turbo' is unknown"):
         TrainConfig(path="turbo")

@@ -10,7 +10,12 @@ from lengthgen_lite.core import training
 from lengthgen_lite.core.evaluation import evaluate_set_complement
 from lengthgen_lite.core.model import ModelConfig, init_model
 from lengthgen_lite.core.seeding import make_generator
-from lengthgen_lite.core.tasks import Batch, SetComplement, sample_next_tokens
+from lengthgen_lite.core.tasks import (
+    Batch,
+    SetComplement,
+    sample_next_tokens,
+    token_noise,
+)
 from lengthgen_lite.core.training import (
     Precision,
     TrainConfig,
@@ -276,6 +281,15 @@ def test_sample_next_tokens_is_torch_multinomial():
         assert torch.equal(sample_next_tokens(targets, b), expected)
         # same draws consumed
         assert torch.equal(torch.rand(4, generator=a), torch.rand(4, generator=b))
+
+
+def test_token_noise_is_torchs_exponential_draw():
+    # 4 million values: the same noise and the same generator state afterwards
+    for seed in range(4):
+        a, b = make_generator(seed), make_generator(seed)
+        expected = torch.empty(1000, 4, 1000).exponential_(generator=a)
+        assert torch.equal(token_noise((1000, 4, 1000), b), expected)
+        assert torch.equal(a.get_state(), b.get_state())
 
 
 def test_checkpoints_keep_the_weights_the_shorter_training_ends_with():

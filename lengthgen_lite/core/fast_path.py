@@ -15,10 +15,13 @@ explains the batching it builds on.
 - **compiled** (:func:`compiled_step`): the whole step, AdamW and the learning rate
   schedule included, as one ``torch.compile`` graph, where it pays back: at least
   ``COMPILE_TOKEN_STEPS`` positions trained (``benchmarks/speed.py --fast-path``
-  measures the break-even), fixed shapes (one training size) and no dropout (compiled
-  dropout draws other masks). The attention's tiny products are then broadcast sums
-  (:func:`fast_forward` with ``broadcast``), which it fuses. Later trainings of the same
-  model and shapes reuse the graph (seven kept). The first compilation points
+  measures the break-even) and fixed shapes (one training size). The attention's tiny
+  products are then broadcast sums (:func:`fast_forward` with ``broadcast``), which it
+  fuses. Later trainings of the same model and shapes reuse the graph (seven kept).
+  Dropout is drawn outside the graph (:func:`dropout_sites`, :func:`draw_masks`): each
+  step's masks are drawn eagerly, as the eager step's ``nn.Dropout`` draws them, and
+  passed in, so the same masks (compiled dropout would draw others) and one graph for
+  every rate (a site whose rate is 0 gets ones). The first compilation points
   inductor's cache at ``_build/inductor`` (``TORCHINDUCTOR_CACHE_DIR``, unless the user
   set another), so re-executions of the book compile once.
 
@@ -184,10 +187,23 @@ def fast_forward(
     return model.read_out(x)
 
 
+class MaskedDropout(nn.Module):
+    """``nn.Dropout`` whose mask (already divided by the keep rate) comes in as the
+    buffer ``mask``: the compiled step's dropout (:func:`draw_masks`)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.register_buffer("mask", torch.empty(0), persistent=False)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return x * self.mask
+
+
 class FastForward(nn.Module):
     """``model`` whose forward is :func:`fast_forward`, or with ``query_only`` the
     retrieval model's ``query_forward`` (for ``functional_call``: its parameters are
-    the model's, under ``model.``)."""
+    the model's, under ``model.``). ``masked_dropout``: ``model``'s dropouts become
+    :class:`MaskedDropout` (``model`` is changed: pass a copy)."""
 
     def __init__(
         self,
@@ -196,10 +212,15 @@ class FastForward(nn.Module):
         broadcast: bool = False,
         query_only: bool = False,
         padded: bool = False,
+        masked_dropout: bool = False,
     ):
         super().__init__()
         self.model, self.tables, self.broadcast = model, tables, broadcast
         self.query_only, self.padded = query_only, padded
+        if masked_dropout:
+            for name, module in list(model.named_modules()):
+                if isinstance(module, nn.Dropout):
+                    model.set_submodule(name, MaskedDropout())
 
     def forward(self, inputs: Tensor) -> Tensor:
         if self.query_only:
@@ -225,13 +246,14 @@ class PathPlan:
     # batches from the task's sample_fast_batches: the same distribution as the
     # reference path's batches, other draws
     own_draws: bool = False
+    # compiled with dropout: the masks drawn eagerly and passed in (draw_masks)
+    masked_dropout: bool = False
 
     @property
     def label(self) -> str:
         names = ("chunked_data", "fast_model", "query_only", "token_tables")
-        parts = [
-            name for name in names + ("own_draws", "compiled") if getattr(self, name)
-        ]
+        later = ("own_draws", "masked_dropout", "compiled")
+        parts = [name for name in names + later if getattr(self, name)]
         return " + ".join(parts) if parts else "reference"
 
     @property
@@ -246,7 +268,11 @@ class PathPlan:
             }
         if not self.fast_model:
             return {}
-        return {"tables": self.token_tables, "broadcast": self.compiled}
+        return {
+            "tables": self.token_tables,
+            "broadcast": self.compiled,
+            "masked_dropout": self.masked_dropout,
+        }
 
 
 def plan_path(
@@ -284,10 +310,12 @@ def plan_path(
         len(task.train_sizes()) == 1 or padded,
         model_cfg.attn_dropout > 0 or model_cfg.resid_dropout > 0,
     )
-    if cfg.path == "compiled" and (dropout or not fixed_shapes):
+    # dropout compiles with its masks passed in, through the fast forward only
+    compilable = fixed_shapes and not (dropout and not fast_model)
+    if cfg.path == "compiled" and not compilable:
         raise ValueError(
             "path='compiled' needs one training size (or the retrieval model) and "
-            "no dropout (compiled dropout draws other masks), "
+            "no dropout in the retrieval model, "
             f"got sizes {tuple(task.train_sizes())}, "
             f"attn_dropout={model_cfg.attn_dropout}, "
             f"resid_dropout={model_cfg.resid_dropout}; use path='fast' or 'auto'"
@@ -298,14 +326,15 @@ def plan_path(
     else:
         positions = cfg.batch * max(task.train_sizes())
         long = cfg.steps * n_seeds * positions >= COMPILE_TOKEN_STEPS
-    pays = cfg.path == "compiled" or (cfg.path == "auto" and long)
+    compiled = compilable and (cfg.path == "compiled" or (cfg.path == "auto" and long))
     return PathPlan(
         chunked,
         fast_model,
         tables,
-        pays and fixed_shapes and not dropout,
+        compiled,
         query_only,
         hasattr(task, "sample_fast_batches"),
+        compiled and dropout,
     )
 
 
@@ -332,36 +361,36 @@ def chunked_batches(
 
     Only the random draws run per seed and step, in the reference order (noise, then the
     target tokens' noise); sorting, rules, targets and token picks run once per chunk
-    for all seeds.
+    for all seeds, on the draws stacked step-major ([steps x K, batch, ...]), so each
+    step's batch is a view, not a copy.
     """
     (size,) = task.train_sizes()
     K = len(streams)
+    sampled = cfg.targets == "sampled"
     for start in range(0, cfg.steps, CHUNK):
         n = min(CHUNK, cfg.steps - start)
-        noise, picks = [], []
-        for g in streams:
-            for _ in range(n):
-                noise.append(task.draw_noise(cfg.batch, size, g))
-                if cfg.targets == "sampled":
-                    picks.append(token_noise((cfg.batch, size, task.n_outputs), g))
-        data = task.from_noise(
-            torch.stack(noise).view(K, n * cfg.batch, *noise[0].shape[1:]), size
-        )
-        targets = data.targets  # [K, n * batch, pos, n_outputs]
-        if cfg.targets == "sampled":
+        # step t of seed k at t * K + k; each seed draws its steps in order
+        noise: list[Tensor] = [torch.empty(0)] * (n * K)
+        picks: list[Tensor] = [torch.empty(0)] * (n * K if sampled else 0)
+        for k, g in enumerate(streams):
+            for t in range(n):
+                noise[t * K + k] = task.draw_noise(cfg.batch, size, g)
+                if sampled:
+                    picks[t * K + k] = token_noise((cfg.batch, size, task.n_outputs), g)
+        data = task.from_noise(torch.stack(noise), size)  # [n * K, batch, ...]
+        targets = data.targets
+        if sampled:
             targets = one_hot_targets(
-                pick_next_tokens(targets, torch.stack(picks).view(targets.shape)),
-                task.n_outputs,
+                pick_next_tokens(targets, torch.stack(picks)), task.n_outputs
             )
-
-        # [K, n * batch, ...] -> [n, K, batch, ...]
-        def steps_first(t: Tensor) -> Tensor:
-            # called below, in this iteration: n is this chunk's
-            return t.view(K, n, cfg.batch, *t.shape[2:]).transpose(0, 1).contiguous()  # noqa: B023
-
         yield from (
             Batch(*step)
-            for step in zip(*map(steps_first, (data.inputs, targets, data.loss_mask)))
+            for step in zip(
+                *(
+                    t.view(n, K, *t.shape[1:])
+                    for t in (data.inputs, targets, data.loss_mask)
+                )
+            )
         )
 
 
@@ -403,6 +432,51 @@ def compile_graph(fn: Callable[..., Tensor]) -> Callable[..., Tensor]:
     )
 
 
+DropoutSite = tuple[str, float, tuple[int, ...]]
+
+
+def dropout_sites(model: nn.Module, batch: int, length: int) -> list[DropoutSite]:
+    """(mask buffer name, rate, per-seed shape) of each dropout that one forward of
+    ``model`` on [batch, length] tokens calls, in call order: the order in which the
+    eager step draws their masks. Found by that forward (in eval mode: it draws
+    nothing)."""
+    sites: list[DropoutSite] = []
+    hooks = [
+        module.register_forward_pre_hook(
+            lambda m, args, name=name: sites.append(
+                (f"{name}.mask", m.p, tuple(args[0].shape))
+            )
+        )
+        for name, module in model.named_modules()
+        if isinstance(module, nn.Dropout)
+    ]
+    training = model.training
+    try:
+        with torch.no_grad():
+            model.eval()(torch.zeros(batch, length, dtype=torch.long))
+    finally:
+        model.train(training)
+        for hook in hooks:
+            hook.remove()
+    names = [name for name, _, _ in sites]
+    if len(set(names)) != len(names):
+        raise ValueError(f"a dropout module is called twice in one forward: {names}")
+    return sites
+
+
+def draw_masks(sites: Sequence[DropoutSite], K: int) -> dict[str, Tensor]:
+    """Each site's [K, *shape] mask as ``nn.Dropout`` under ``vmap(randomness=
+    "different")`` draws it: one ``bernoulli_`` of the keep rate per site, in call
+    order, from torch's global stream, divided by the keep rate (so ``x * mask`` is its
+    output, bit for bit); ones at a rate of 0, which draws nothing."""
+    return {
+        name: torch.empty(K, *shape).bernoulli_(1 - p).div_(1 - p)
+        if p > 0
+        else torch.ones(K, *shape)
+        for name, p, shape in sites
+    }
+
+
 # the compiled steps of the last compiled trainings, by what their graph depends on:
 # a chapter's next configuration with the same model (e.g. the other target kind)
 # reuses its graph instead of tracing it again (seconds each, even from a warm cache)
@@ -432,7 +506,10 @@ def compiled_step(
     (any lr, schedule, weight decay > 0 or steps) reuses the compiled graph instead of
     tracing it again, also after other trainings in between. ``traced_gradients``
     makes the step's gradient function (``torch.func``, which dynamo traces) when a
-    graph is new. Updates params in place; returns the [K] losses.
+    graph is new. With ``masked_dropout`` in ``forward_kwargs``, each step's dropout
+    masks are drawn before it (:func:`draw_masks`) and passed in with the buffers, so
+    every dropout rate shares the graph. Updates params in place; returns the [K]
+    losses.
     """
     groups = optimizer.param_groups
     (beta1, beta2), eps = groups[0]["betas"], groups[0]["eps"]
@@ -445,8 +522,11 @@ def compiled_step(
     decayed = {id(p) for g in groups if g["weight_decay"] > 0 for p in g["params"]}
     decays = tuple(id(p) in decayed for p in params.values())
     K = next(iter(params.values())).shape[0]
-    # the init scale changes the weights, not the graph
-    graph_cfg = dataclasses.replace(model_cfg, init="book")
+    # the init scale changes the weights, not the graph; dropout rates change only
+    # the masks passed in
+    graph_cfg = dataclasses.replace(
+        model_cfg, init="book", attn_dropout=0.0, resid_dropout=0.0
+    )
     key = (graph_cfg, type(template), tuple(forward_kwargs.items()), K, decays)
     key += (cfg.batch, size, cfg.precision, beta1, beta2, eps)
     if key not in _COMPILED:
@@ -483,4 +563,11 @@ def compiled_step(
     exp_avg = {name: torch.zeros_like(p) for name, p in params.items()}
     exp_avg_sq = {name: torch.zeros_like(p) for name, p in params.items()}
     rows = _adamw_rows(cfg, beta1, beta2).unbind(0)
-    return lambda data, t: compiled(params, buffers, exp_avg, exp_avg_sq, data, rows[t])
+    if not forward_kwargs.get("masked_dropout"):
+        return lambda data, t: compiled(
+            params, buffers, exp_avg, exp_avg_sq, data, rows[t]
+        )
+    sites = dropout_sites(template, cfg.batch, size)
+    return lambda data, t: compiled(
+        params, buffers | draw_masks(sites, K), exp_avg, exp_avg_sq, data, rows[t]
+    )

@@ -415,7 +415,10 @@ class Block(nn.Module):
             self.hook_mlp_out = HookPoint()
             if sites.pre or sites.post:
                 self.ln2 = Norm(cfg.d_model, cfg.norm_kind)
+        # one module per call site (the compiled step gives each its own mask)
         self.dropout = nn.Dropout(cfg.resid_dropout)
+        if self.mlp is not None:
+            self.mlp_dropout = nn.Dropout(cfg.resid_dropout)
         self.hook_resid_post = HookPoint()
 
     def forward(self, x: Tensor) -> Tensor:
@@ -434,7 +437,8 @@ class Block(nn.Module):
         x = x[:, -h.shape[1] :] + self.dropout(h)
         x = self.hook_resid_mid(self.ln1(x) if post else x)
         if self.mlp is not None:
-            x = x + self.dropout(self.hook_mlp_out(self.mlp(self.ln2(x) if pre else x)))
+            mlp_out = self.hook_mlp_out(self.mlp(self.ln2(x) if pre else x))
+            x = x + self.mlp_dropout(mlp_out)
             x = self.ln2(x) if post else x
         return self.hook_resid_post(x)
 
