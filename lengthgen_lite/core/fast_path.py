@@ -465,10 +465,10 @@ def dropout_sites(model: nn.Module, batch: int, length: int) -> list[DropoutSite
 
 
 def draw_masks(sites: Sequence[DropoutSite], K: int) -> dict[str, Tensor]:
-    """Each site's [K, *shape] mask as ``nn.Dropout`` under ``vmap(randomness=
-    "different")`` draws it: one ``bernoulli_`` of the keep rate per site, in call
-    order, from torch's global stream, divided by the keep rate (so ``x * mask`` is its
-    output, bit for bit); ones at a rate of 0, which draws nothing."""
+    """Each site's ``[K, *shape]`` mask as ``nn.Dropout`` draws it under ``vmap`` with
+    different randomness per seed: one ``bernoulli_`` of the keep rate per site, in
+    call order, from torch's global stream, divided by the keep rate (so ``x * mask``
+    is its output, bit for bit); ones at a rate of 0, which draws nothing."""
     return {
         name: torch.empty(K, *shape).bernoulli_(1 - p).div_(1 - p)
         if p > 0
