@@ -143,7 +143,7 @@ def plot_fast_path(rows: Sequence[Mapping[str, Any]], *, title: str) -> Figure:
     _check_rows(
         rows, ("chapter", "limit_ms", *(key for key, _ in FAST_PATH_BARS)), "fast-path"
     )
-    fig, (ax,) = panels(1, width=8.0, height=3.8, title=title)
+    fig, (ax,) = panels(1, width=8.0, height=4.4, title=title)
     x = np.arange(len(rows))
     width = 0.8 / len(FAST_PATH_BARS)
     for i, (key, label) in enumerate(FAST_PATH_BARS):
@@ -162,7 +162,8 @@ def plot_fast_path(rows: Sequence[Mapping[str, Any]], *, title: str) -> Figure:
     ax.set_xticks(x, [r["chapter"] for r in rows])
     ax.set_xlabel("chapter's main training")
     ax.set_ylabel("CPU ms per seed-step, one thread")
-    ax.legend(fontsize="small")
+    # below the panel, as the retrieval figure's: inside, it covered the right-hand bars
+    fig.legend(fontsize="small", loc="outside lower center", ncols=2)
     return fig
 
 
