@@ -497,8 +497,16 @@ def test_padded_sets_give_each_sets_own_numbers(tables):
 @pytest.mark.filterwarnings(
     "ignore:The .grad attribute of a Tensor that is not a leaf Tensor:UserWarning"
 )
+@pytest.mark.parametrize(
+    "options, label",
+    [
+        ({}, "query_only + token_tables + compiled"),
+        # the slots' products as broadcast sums (no tables), W_K's and W_V's biases
+        ({"item_mlp": 8, "attn_bias": True}, "query_only + compiled"),
+    ],
+)
 def test_the_compiled_retrieval_step_trains_what_the_reference_path_trains(
-    monkeypatch,
+    options, label, monkeypatch
 ):
     # traced as one graph (fullgraph) and run through aot_eager: inductor's code
     # generation, most of a compilation's 20-50 s, is torch's and tested above
@@ -509,11 +517,16 @@ def test_the_compiled_retrieval_step_trains_what_the_reference_path_trains(
     )
     monkeypatch.setattr(fast_path, "_COMPILED", {})  # nor kept for later trainings
     task = ArgmaxRetrieval(n_classes=4, max_train_size=5)
-    model_cfg = retrieval_config(task, "layernorm", d_model=16, n_heads=2, d_mlp=16)
+    model_cfg = retrieval_config(
+        task, "layernorm", d_model=16, n_heads=2, d_mlp=16, **options
+    )
     cfg = TrainConfig(steps=6, warmup=2, batch=8, lr=1e-2)
-    assert plan_path(
-        model_cfg, task, replace(cfg, path="compiled"), 2, RetrievalTransformer
-    ).label == ("query_only + token_tables + compiled")
+    assert (
+        plan_path(
+            model_cfg, task, replace(cfg, path="compiled"), 2, RetrievalTransformer
+        ).label
+        == label
+    )
     runs = train_paths(
         model_cfg,
         cfg,
@@ -572,13 +585,14 @@ def within_spread(new, reference, perturbed_runs, factor=10.0):
     return True
 
 
-@pytest.mark.parametrize("task_name", ["argmax", "dictionary"])
+@pytest.mark.parametrize("task_name", ["argmax", "dictionary", "dictionary, no tables"])
 def test_the_retrieval_fast_path_keeps_the_outcome_statistics(task_name, monkeypatch):
     # The retrieval training amplifies rounding (issue 36): its test is the outcome
     # statistics against the spread that a 1e-7 perturbation of the reference path's
     # initial weights produces, measured here. The dictionary's own draws change the
     # data (tested as a distribution in test_core_retrieval.py), so here it trains on
-    # the reference draws, through the fast forward with token tables.
+    # the reference draws, through the fast forward with token tables, and without
+    # them as at 1024 keys (the query read back through W_K, the slots mixed first).
     if task_name == "argmax":
         task = ArgmaxRetrieval(n_classes=4, max_train_size=8)
     else:
@@ -588,10 +602,13 @@ def test_the_retrieval_fast_path_keeps_the_outcome_statistics(task_name, monkeyp
     fast = replace(cfg, path="fast")
     plan = plan_path(model_cfg, task, fast, 2, RetrievalTransformer)
     assert plan.query_only and plan.token_tables
-    if task_name == "dictionary":
+    if task_name != "argmax":
         assert plan.own_draws
+        tables = task_name == "dictionary"
         monkeypatch.setattr(
-            training, "plan_path", lambda *_: replace(plan, own_draws=False)
+            training,
+            "plan_path",
+            lambda *_: replace(plan, own_draws=False, token_tables=tables),
         )
     reference = outcomes(task, model_cfg, cfg)
     spread = [outcomes(task, model_cfg, cfg, perturbed(1e-7, j)) for j in (1, 2)]

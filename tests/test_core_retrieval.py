@@ -357,8 +357,9 @@ def test_query_forward_is_the_forward_with_its_readings(task, variant, options):
     for tables in (False, True) if linear_items(model.cfg) else (False,):
         with torch.no_grad():
             out, pattern, attn_out = model.query_forward(inputs, tables)
-        # without tables the same products (the query's by broadcast sums); tables
-        # sum the slots' projections in another order
+        # the same function, its products in another order: without tables the query
+        # read back through W_K and the slots mixed before W_V; tables sum the slots'
+        # projected rows
         torch.testing.assert_close(out, logits, rtol=1e-5, atol=1e-5)
         torch.testing.assert_close(
             pattern, cache["blocks.0.attn.hook_pattern"][:, :, -1]

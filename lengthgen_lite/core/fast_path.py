@@ -29,7 +29,8 @@ Chapter 4's retrieval model (``core.retrieval.RetrievalTransformer``, only the q
 attends) has its own forward, so it gets its own parts:
 
 - **query only** (``RetrievalTransformer.query_forward``): W_Q at the query slot
-  alone, and the query's tiny attention products as broadcast sums;
+  alone, and no slot projected by W_K or W_V (the query read back through W_K, the
+  slots mixed by their attention before W_V; broadcast sums when compiled);
 - **token tables** (``query_forward`` with ``tables``, where the slot vectors are
   linear in the items: no item MLP): the query's score of every vocabulary row and
   the values those rows carry, gathered per slot, where a step's slots outnumber the

@@ -374,7 +374,11 @@ class RetrievalTransformer(Transformer):
         :func:`evaluate_sizes`); recordings and interventions use the plain forward.
 
         W_Q projects the query slot only (the plain forward projects every slot and
-        keeps one row). ``tables`` (needs :func:`linear_items`): a slot's vector is
+        keeps one row), and no slot is projected by W_K or W_V: the query is read back
+        through W_K (q . W_K x = (W_K^T q) . x), the slots are mixed by their attention
+        first and W_V projects the mixture once, so a slot costs two dot products per
+        head instead of two d_model x d_model products (dictionary lookup's compiled
+        step 1.6x faster). ``tables`` (needs :func:`linear_items`): a slot's vector is
         p * w_priority + E[first] + E[second], so its key and value are the same sum
         of projected rows. W_K and W_V project the v vocabulary rows and w_priority
         once; the query scores those v + 1 keys, each slot adds up its two rows'
@@ -383,7 +387,8 @@ class RetrievalTransformer(Transformer):
         evaluation runs about 20x faster. ``padded``: slots without a first token
         (NO_TOKEN; no task makes one) are padding, which no query attends to: sets of
         several sizes padded to one shape give each set's own numbers (the compiled
-        training step). The first
+        training step, whose per-slot products are broadcast sums: inductor fuses
+        them, where batched products of [head, slots] blocks cost more). The first
         layer's hooks up to the pattern see what they see in the plain forward
         (hook_embed only the query slot's vector with ``tables``); ``hook_resid_pre``
         and the keys' and values' inputs are not recorded.
@@ -420,12 +425,8 @@ class RetrievalTransformer(Transformer):
             x = self.embed_items(inputs[:, -1])[:, None]
         else:
             x = self.with_positions(self.embed_items(inputs))
+            # [batch, T, d_model]: what W_K and W_V would project, slot by slot
             keys_in = block.ln1(x) if block.sites.pre else x
-            # [batch, head, T, d_head] each
-            k, v = (
-                W(keys_in).view(B, T, H, dh).transpose(1, 2)
-                for W in (attn.W_K, attn.W_V)
-            )
             x = x[:, -1:]  # the query slot's residual stream
         # [batch, head, 1, d_head]; W_Q on [batch, d_model] rows (a [batch, 1, d_model]
         # slice of the slots made vmap multiply one weight copy per example)
@@ -447,7 +448,16 @@ class RetrievalTransformer(Transformer):
                 scores = scores + row_scores.gather(-1, index)
             scores = scores[:, :, None]  # [batch, head, 1, T]
         else:
-            scores = (q * k).sum(-1)[:, :, None]  # [batch, head, 1, T]
+            # q . (W_K x + b) = (W_K^T q) . x + q . b: the query read back through W_K
+            # once, then one dot product per slot ([batch, head, d_model])
+            q_in = torch.einsum("bhe,hed->bhd", q[:, :, 0], _per_head(attn.W_K, H))
+            if padded:
+                scores = (q_in[:, :, None] * keys_in[:, None]).sum(-1)[:, :, None]
+            else:
+                scores = torch.einsum("bhd,btd->bht", q_in, keys_in)[:, :, None]
+            if attn.W_K.bias is not None:
+                bias = attn.W_K.bias.view(H, dh)
+                scores = scores + (q[:, :, 0] * bias).sum(-1)[:, :, None, None]
         # / sqrt(d_head), length scaling, test-time factor: as the plain forward
         scores = attn.logits(scores)
         if padded:
@@ -464,10 +474,16 @@ class RetrievalTransformer(Transformer):
             mass = torch.cat([mass, (a * priority[:, None]).sum(-1, keepdim=True)], -1)
             # [batch, head, 1, d_head]
             z = torch.einsum("bht,hte->bhe", mass, v_rows)[:, :, None]
-            if attn.W_V.bias is not None:
-                z = z + weights.sum(-1, keepdim=True) * attn.W_V.bias.view(H, 1, dh)
         else:
-            z = (weights[:, :, 0, :, None] * v).sum(-2)[:, :, None]
+            # sum_t a_t (W_V x_t + b) = W_V (sum_t a_t x_t) + b sum_t a_t: the slots
+            # mixed first, then projected once ([batch, head, 1, d_head])
+            if padded:
+                mixed = (weights[:, :, 0, :, None] * keys_in[:, None]).sum(-2)
+            else:
+                mixed = torch.einsum("bht,btd->bhd", weights[:, :, 0], keys_in)
+            z = torch.einsum("bhd,hed->bhe", mixed, _per_head(attn.W_V, H))[:, :, None]
+        if attn.W_V.bias is not None:
+            z = z + weights.sum(-1, keepdim=True) * attn.W_V.bias.view(H, 1, dh)
         # [batch, 1, head, d_head]
         z = attn.hook_z(z.transpose(1, 2))
         attn_out = attn.W_O(z.reshape(B, 1, H * dh))  # [batch, 1, d_model]
@@ -491,6 +507,12 @@ class RetrievalTransformer(Transformer):
             F.linear(rows, W.weight).view(len(rows), attn.n_heads, -1).transpose(0, 1)
             for W in (attn.W_K, attn.W_V)
         )
+
+
+def _per_head(W: nn.Linear, n_heads: int) -> Tensor:
+    """A key or value projection's weight [d_model, d_model] as [head, d_head,
+    d_model]."""
+    return W.weight.view(n_heads, -1, W.weight.shape[1])
 
 
 def _check_items(inputs: Tensor) -> Tensor:
