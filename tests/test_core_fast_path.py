@@ -508,12 +508,16 @@ def test_padded_sets_give_each_sets_own_numbers(tables):
 def test_the_compiled_retrieval_step_trains_what_the_reference_path_trains(
     options, label, monkeypatch
 ):
-    # traced as one graph (fullgraph) and run through aot_eager: inductor's code
-    # generation, most of a compilation's 20-50 s, is torch's and tested above
+    # traced as one graph (fullgraph), static shapes as compile_graph's (a second
+    # shape would otherwise recompile with symbolic sizes, which vmap rejects), and
+    # run through aot_eager: inductor's code generation, most of a compilation's
+    # 20-50 s, is torch's and tested above
     monkeypatch.setattr(
         fast_path,
         "compile_graph",
-        lambda fn: torch.compile(fn, backend="aot_eager", fullgraph=True),
+        lambda fn: torch.compile(
+            fn, backend="aot_eager", fullgraph=True, dynamic=False
+        ),
     )
     monkeypatch.setattr(fast_path, "_COMPILED", {})  # nor kept for later trainings
     task = ArgmaxRetrieval(n_classes=4, max_train_size=5)
