@@ -148,8 +148,9 @@ execute: $(ENV) $(SMOLLM2)
 # Measures what every chapter costs, what batching seeds buys, what the training loop's fast path
 # buys, chapter 4's retrieval training and the two-layer step in float32 and bfloat16 (about an hour
 # and a half, one thread), then re-executes the speed page that shows it. `make bench
-# BENCH_ARGS=--fast-path` (about twenty minutes), `--retrieval` (about half an hour) or `--depth`
-# (about twenty minutes) measures only that section and merges it into the results file.
+# BENCH_ARGS=--chapters` (about half an hour), `--fast-path` (about twenty minutes), `--retrieval`
+# (about half an hour) or `--depth` (about twenty minutes) measures only that section and merges it
+# into the results file.
 bench: $(ENV) $(SMOLLM2)
 	$(BIN)/python benchmarks/speed.py $(BENCH_ARGS)
 	$(MAKE) --no-print-directory execute NB=book/speed.ipynb

@@ -2,7 +2,8 @@
 by the tests).
 
     OMP_NUM_THREADS=1 python benchmarks/speed.py \
-        [--out benchmarks/results/speed.json] [--skip-chapters]
+        [--out benchmarks/results/speed.json] \
+        [--chapters | --fast-path | --retrieval | --depth]
 
 1. Every chapter notebook, executed top to bottom in a fresh kernel with one torch
    thread, as `make execute` does: wall seconds, the kernel's CPU seconds, and every
@@ -18,8 +19,12 @@ by the tests).
    any batching could gain.
 4. The whole book cold as `make execute` runs it: every chapter through `jupyter
    nbconvert --execute`, two at a time, costliest first (by step 1), into a scratch
-   folder: the wall seconds of each and of all. Each takes longer than alone, since the
-   two share the machine.
+   folder: the wall seconds of each and of all. Steps 1 and 4 share one scratch
+   inductor cache, empty at the start of step 1: alone, each chapter compiles what no
+   earlier one did (a reader's first executions); two at a time, every graph is cached,
+   while the two share the machine. Steps 1 and 4 alone, merged into the existing
+   results file with the machine they ran on: `python benchmarks/speed.py --chapters`
+   (about half an hour).
 5. The training loop's reference path against its fast path (eager and compiled) on each
    chapter's main training, with the arithmetic limit and the compile cost a fresh
    process pays, cold and warm inductor cache (`compile_cost.py`; `auto`'s
@@ -59,6 +64,7 @@ import sys
 import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
+from unittest import mock
 
 import nbformat
 from batched_training import cpu_time, op_seconds_per_step
@@ -347,6 +353,42 @@ def cpu_model() -> str | None:
     return None
 
 
+def measure_chapters() -> dict[str, object]:
+    """Sections 1 and 4, with the machine they ran on and its load around them. Both
+    use one scratch inductor cache, empty at the start: alone, each chapter compiles
+    what no earlier chapter compiled (a reader's first executions, in file order); two
+    at a time, every graph is cached (a re-execution)."""
+    load_before = os.getloadavg()
+    with (
+        tempfile.TemporaryDirectory() as cache,
+        # the kernels inherit it
+        mock.patch.dict(os.environ, {"TORCHINDUCTOR_CACHE_DIR": cache}),
+    ):
+        chapters = [chapter_cost(path) for path in CHAPTERS]
+        for row in chapters:
+            print(
+                f"{row['chapter']:<32} {row['wall_seconds']:>7} s wall "
+                f"{row['cpu_seconds']:>7} s CPU  {row['trainings']} trainings"
+            )
+        seconds = {row["chapter"]: row["wall_seconds"] for row in chapters}
+        costliest = sorted(CHAPTERS, key=lambda path: -seconds[path.stem])
+        parallel = two_at_a_time(costliest)
+    print(
+        "all chapters two at a time, costliest first: "
+        f"{parallel['wall_seconds']} s wall"
+    )
+    return {
+        "machine": {
+            "cpu": cpu_model(),
+            "cores": os.cpu_count(),
+            "torch_threads": 1,
+            **load_stamps(load_before),
+        },
+        "chapters": chapters,
+        "two_at_a_time": parallel,
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(
@@ -359,9 +401,9 @@ def main() -> None:
     )
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument(
-        "--skip-chapters",
+        "--chapters",
         action="store_true",
-        help="measure only the batching (minutes)",
+        help="measure only sections 1 and 4 and merge them into --out",
     )
     parser.add_argument(
         "--fast-path",
@@ -405,37 +447,27 @@ def main() -> None:
     args = parser.parse_args()
     # one section alone, merged into the existing results file
     sections = {
-        "fast_path": lambda: measure_fast_path(
-            args.fast_path_steps, args.fast_path_repeats
-        ),
-        "retrieval": lambda: measure_retrieval(
-            args.retrieval_steps, args.fast_path_repeats
-        ),
-        "depth": lambda: measure_depth(args.depth_steps, args.fast_path_repeats),
+        "fast_path": lambda: {
+            "fast_path": measure_fast_path(args.fast_path_steps, args.fast_path_repeats)
+        },
+        "retrieval": lambda: {
+            "retrieval": measure_retrieval(args.retrieval_steps, args.fast_path_repeats)
+        },
+        "depth": lambda: {
+            "depth": measure_depth(args.depth_steps, args.fast_path_repeats)
+        },
     }
-    chosen = [name for name in sections if getattr(args, name)]
+    chosen = [name for name in ("chapters", *sections) if getattr(args, name)]
+    if len(chosen) > 1:
+        parser.error(f"measure one section per run, got {chosen}")
     if chosen:
         result = json.loads(args.out.read_text())
-        name = chosen[-1]  # of several: depth, then retrieval, then fast_path
-        result[name] = sections[name]()
+        name = chosen[0]
+        result.update(measure_chapters() if name == "chapters" else sections[name]())
         args.out.write_text(json.dumps(result, indent=1) + "\n")
         print(f"wrote {args.out}")
         return
-    load_before = os.getloadavg()
-    chapters = [] if args.skip_chapters else [chapter_cost(path) for path in CHAPTERS]
-    for row in chapters:
-        print(
-            f"{row['chapter']:<32} {row['wall_seconds']:>7} s wall "
-            f"{row['cpu_seconds']:>7} s CPU  {row['trainings']} trainings"
-        )
-    parallel = None
-    if chapters:
-        seconds = {row["chapter"]: row["wall_seconds"] for row in chapters}
-        parallel = two_at_a_time(sorted(CHAPTERS, key=lambda path: -seconds[path.stem]))
-        print(
-            "all chapters two at a time, costliest first: "
-            f"{parallel['wall_seconds']} s wall"
-        )
+    result = measure_chapters()
     rows = batching([4, 8, 16], [32, 128], args.steps, args.repeats)
     for row in rows:
         print(
@@ -449,20 +481,9 @@ def main() -> None:
         f"batch {bound['batch']}, K={bound['seeds']}: speed-up bound from the "
         f"matmuls alone x{bound['speedup_bound']}"
     )
-    result = {
-        "machine": {
-            "cpu": cpu_model(),
-            "cores": os.cpu_count(),
-            "torch_threads": 1,
-            **load_stamps(load_before),
-        },
-        "chapters": chapters,
-        "two_at_a_time": parallel,
-        "batching": rows,
-        "batching_steps": args.steps,
-        "matmul_bound": bound,
-        **{name: measure() for name, measure in sections.items()},
-    }
+    result.update(batching=rows, batching_steps=args.steps, matmul_bound=bound)
+    for measure in sections.values():
+        result.update(measure())
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=1) + "\n")
     print(f"wrote {args.out}")
