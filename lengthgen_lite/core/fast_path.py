@@ -103,16 +103,6 @@ INDUCTOR_CACHE = pathlib.Path(__file__).resolve().parents[2] / "_build" / "induc
 INDUCTOR_VARIABLE = "TORCHINDUCTOR_CACHE_DIR"
 
 
-def _matmul(a: Tensor, b: Tensor, broadcast: bool) -> Tensor:
-    """``a @ b``; ``broadcast``: as a broadcast product summed over the shared axis. The
-    attention's products are one tiny matrix per (seed, sequence, head) at a handful of
-    positions, which a batched matmul runs at a few GFLOP/s; under torch.compile the
-    broadcast form is one fused kernel. Eagerly it materialises the product and is
-    slower from ~16 positions, so only the compiled training step uses it. Equal up to
-    rounding."""
-    return (a.unsqueeze(-1) * b.unsqueeze(-3)).sum(-2) if broadcast else a @ b
-
-
 def _attention(
     attn: Attention, x: Tensor, tokens: Tensor | None, broadcast: bool
 ) -> Tensor:
@@ -130,13 +120,13 @@ def _attention(
         q = q[:, :, -1:]
     # [batch, head, T or 1, T]: scaled (logit_scale, logit_factor) and masked
     scores = attn.hook_attn_scores(
-        attn.logits(_matmul(q, k.transpose(-1, -2), broadcast))
+        attn.logits(attn.product(q, k.transpose(-1, -2), broadcast))
     )
     pattern = attn.dropout(attn.hook_pattern(scores.softmax(dim=-1)))
     if tokens is None:
         v = attn.W_V(x).view(B, T, attn.n_heads, attn.d_head).transpose(1, 2)
         # [batch, T or 1, head, d_head]
-        z = attn.hook_z(_matmul(pattern, v, broadcast).transpose(1, 2))
+        z = attn.hook_z(attn.product(pattern, v, broadcast).transpose(1, 2))
         return attn.W_O(z.reshape(B, z.shape[1], attn.n_heads * attn.d_head))
     # Token tables: W_O is linear, so pattern @ (V W_O) is (pattern @ V) W_O; it
     # projects v table rows instead of every position (most of a training step's
@@ -145,7 +135,7 @@ def _attention(
     ov = torch.einsum("vhe,dhe->vhd", attn.W_V(x).view(x.shape[0], *W_O.shape[1:]), W_O)
     # [batch, head, T, d_model]
     ov = F.embedding(tokens, ov.flatten(1)).view(B, T, attn.n_heads, -1)
-    out = _matmul(pattern, ov.transpose(1, 2), broadcast)
+    out = attn.product(pattern, ov.transpose(1, 2), broadcast)
     # [batch, T or 1, d_model]
     out = out.squeeze(1) if attn.n_heads == 1 else out.sum(1)
     # W_O's bias (attn_bias) after the product, as the plain path adds it
@@ -170,7 +160,8 @@ def fast_forward(
     """``model(tokens)``, equal up to float rounding. ``tables`` (needs
     ``positional`` "none" or "rope"): the first layer works on v-row token tables,
     whose hooks then see [v, d_model] tables (recordings use the plain forward).
-    ``broadcast``: the attention's products as broadcast sums (``_matmul``)."""
+    ``broadcast``: the attention's products as broadcast sums
+    (:meth:`~lengthgen_lite.core.model.Attention.product`)."""
     check_tokens(tokens)
     if not tables:
         x = model.with_positions(model.hook_embed(model.embed(tokens)))

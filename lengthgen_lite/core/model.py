@@ -261,8 +261,9 @@ class Norm(nn.Module):
 
 
 class Attention(nn.Module):
-    """Multi-head attention, computed explicitly; :meth:`rotate` (RoPE) and
-    :meth:`logits` (the scaling and the mask) are shared with the fast path."""
+    """Multi-head attention, computed explicitly; :meth:`rotate` (RoPE),
+    :meth:`logits` (the scaling and the mask) and :meth:`product` are shared with the
+    fast path and the retrieval model's query-only forward."""
 
     def __init__(self, cfg: ModelConfig):
         super().__init__()
@@ -318,6 +319,16 @@ class Attention(nn.Module):
         z = self.hook_z((pattern @ v).transpose(1, 2))
         # [batch, T or 1, d_model]
         return self.W_O(z.reshape(B, z.shape[1], self.n_heads * self.d_head))
+
+    @staticmethod
+    def product(a: Tensor, b: Tensor, broadcast: bool = False) -> Tensor:
+        """``a @ b``; ``broadcast``: as a broadcast product summed over the shared
+        axis. The attention's products are one tiny matrix per (seed, sequence, head)
+        at a handful of positions, which a batched matmul runs at a few GFLOP/s;
+        under torch.compile the broadcast form is one fused kernel. Eagerly it
+        materialises the product and is slower from ~16 positions, so only compiled
+        training steps use it. Equal up to rounding."""
+        return (a.unsqueeze(-1) * b.unsqueeze(-3)).sum(-2) if broadcast else a @ b
 
     def rotate(self, q: Tensor, k: Tensor) -> tuple[Tensor, Tensor]:
         """q, k [batch, head, pos, d_head] rotated by their positions 0..pos-1 under

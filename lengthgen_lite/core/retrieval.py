@@ -451,10 +451,8 @@ class RetrievalTransformer(Transformer):
             # q . (W_K x + b) = (W_K^T q) . x + q . b: the query read back through W_K
             # once, then one dot product per slot ([batch, head, d_model])
             q_in = torch.einsum("bhe,hed->bhd", q[:, :, 0], _per_head(attn.W_K, H))
-            if padded:
-                scores = (q_in[:, :, None] * keys_in[:, None]).sum(-1)[:, :, None]
-            else:
-                scores = torch.einsum("bhd,btd->bht", q_in, keys_in)[:, :, None]
+            # [batch, head, 1, T]
+            scores = attn.product(q_in, keys_in.transpose(-1, -2), padded)[:, :, None]
             if attn.W_K.bias is not None:
                 bias = attn.W_K.bias.view(H, dh)
                 scores = scores + (q[:, :, 0] * bias).sum(-1)[:, :, None, None]
@@ -477,10 +475,7 @@ class RetrievalTransformer(Transformer):
         else:
             # sum_t a_t (W_V x_t + b) = W_V (sum_t a_t x_t) + b sum_t a_t: the slots
             # mixed first, then projected once ([batch, head, 1, d_head])
-            if padded:
-                mixed = (weights[:, :, 0, :, None] * keys_in[:, None]).sum(-2)
-            else:
-                mixed = torch.einsum("bht,btd->bhd", weights[:, :, 0], keys_in)
+            mixed = attn.product(weights[:, :, 0], keys_in, padded)
             z = torch.einsum("bhd,hed->bhe", mixed, _per_head(attn.W_V, H))[:, :, None]
         if attn.W_V.bias is not None:
             z = z + weights.sum(-1, keepdim=True) * attn.W_V.bias.view(H, 1, dh)
