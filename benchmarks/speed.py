@@ -17,7 +17,7 @@ by the tests).
 3. For the widest setting, the time the batched step spends inside matmuls
    (`batched_training.py` profiles every aten op): the loop's step over that is the most
    any batching could gain.
-4. The whole book cold as `make execute` runs it: every chapter through `jupyter
+4. The whole book as `make execute` runs it: every chapter through `jupyter
    nbconvert --execute`, two at a time, costliest first (by step 1), into a scratch
    folder: the wall seconds of each and of all. Steps 1 and 4 share one scratch
    inductor cache, empty at the start of step 1: alone, each chapter compiles what no
