@@ -7,8 +7,8 @@ norm, component; the init and learning rate change no cost), CPU ms per seed-ste
 
 - ``reference``: the plain eager loop (what the sweep ran before);
 - ``query_only``: the retrieval model's ``query_forward`` (W_Q at the query only);
-- ``tables``: ... with the keys and values through token tables (where the items are
-  linear: no item MLP);
+- ``tables``: ... with the keys and values (and an item MLP's hidden units) through
+  token tables;
 - ``compiled``: ... as one compiled step, the sets padded to one shape (with
   ``--compiled``);
 - ``auto``: what ``train`` now picks for the reference sweep
@@ -39,7 +39,7 @@ from lengthgen_lite.core.model import init_model
 from lengthgen_lite.core.retrieval import (
     evaluate_retrieval,
     evaluate_sizes,
-    linear_items,
+    tables_apply,
 )
 from lengthgen_lite.core.task_registry import task_entry
 from lengthgen_lite.runs.spec import Config
@@ -63,7 +63,7 @@ def plans(config: Config, compiled: bool) -> dict[str, PathPlan | None]:
     model_cfg = config.model_config()
     query_only = replace(REFERENCE, query_only=True)
     out = {"reference": REFERENCE, "query_only": query_only}
-    if linear_items(model_cfg):
+    if tables_apply(model_cfg):
         out["tables"] = replace(query_only, token_tables=True)
     auto = auto_plan(config)
     if compiled:

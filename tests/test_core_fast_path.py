@@ -368,7 +368,7 @@ def test_tables_need_a_model_without_positions():
             ArgmaxRetrieval(),
             {"item_mlp": 8},
             "auto",
-            "query_only",
+            "query_only + token_tables",
         ),
         (Transformer, TASK, {}, "reference", "reference"),
     ],
@@ -438,9 +438,11 @@ def test_fast_path_trains_what_the_reference_path_trains_with_attn_biases(init):
 @pytest.mark.parametrize(
     "options, label",
     [
-        ({"item_mlp": 8}, "query_only"),
+        ({"item_mlp": 8}, "query_only + token_tables"),
         ({"attn_bias": True}, "query_only + token_tables"),
-        ({"item_mlp": 8, "init": "torch"}, "query_only"),
+        ({"item_mlp": 8, "init": "torch"}, "query_only + token_tables"),
+        # a norm before the attention: no tables
+        ({"item_mlp": 8, "norm": "pre"}, "query_only"),
         ({"n_layers": 2, "init": "torch"}, "query_only + token_tables"),
     ],
 )
@@ -470,11 +472,14 @@ def test_the_retrieval_model_trains_alike_on_every_path(options, label):
 
 
 @pytest.mark.parametrize("tables", [False, True])
-def test_padded_sets_give_each_sets_own_numbers(tables):
+@pytest.mark.parametrize("item_mlp", [0, 8])
+def test_padded_sets_give_each_sets_own_numbers(tables, item_mlp):
     # the compiled step's batches: every set size padded to one shape
     task = DictionaryLookup(n_keys=32, n_values=4, max_train_size=8)
     model = init_model(
-        retrieval_config(task, "layernorm", d_model=16, n_heads=2, d_mlp=16),
+        retrieval_config(
+            task, "layernorm", d_model=16, n_heads=2, d_mlp=16, item_mlp=item_mlp
+        ),
         0,
         RetrievalTransformer,
     ).eval()
@@ -501,8 +506,10 @@ def test_padded_sets_give_each_sets_own_numbers(tables):
     "options, label",
     [
         ({}, "query_only + token_tables + compiled"),
-        # the slots' products as broadcast sums (no tables), W_K's and W_V's biases
-        ({"item_mlp": 8, "attn_bias": True}, "query_only + compiled"),
+        # the item MLP's hidden units through tables, W_K's and W_V's biases
+        ({"item_mlp": 8, "attn_bias": True}, "query_only + token_tables + compiled"),
+        # the slots' products as broadcast sums (no tables: a norm before attention)
+        ({"item_mlp": 8, "norm": "pre"}, "query_only + compiled"),
     ],
 )
 def test_the_compiled_retrieval_step_trains_what_the_reference_path_trains(

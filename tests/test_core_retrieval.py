@@ -18,8 +18,8 @@ from lengthgen_lite.core.retrieval import (
     evaluate_retrieval,
     evaluate_sizes,
     evaluate_sizes_logn,
-    linear_items,
     retrieval_config,
+    tables_apply,
 )
 from lengthgen_lite.core.seeding import make_generator, seed_everything
 
@@ -337,6 +337,8 @@ def test_attention_biases_draw_after_the_retrieval_models_own_weights():
         (ARGMAX, "layernorm", {}),
         (DICT, "baseline", {"attn_bias": True, "init": "torch"}),
         (ARGMAX, "standardize", {"item_mlp": 8}),
+        # the item MLP through tables with every bias drawn (fc_out's, W_K's, W_V's)
+        (DICT, "baseline", {"item_mlp": 8, "attn_bias": True, "init": "torch"}),
         (DICT, "layernorm", {"n_layers": 2}),
         (ARGMAX, "baseline", {"norm": "pre"}),
         # chapter 8's length scalings: n is every slot the query sees
@@ -354,7 +356,7 @@ def test_query_forward_is_the_forward_with_its_readings(task, variant, options):
     logits, cache = run_with_cache(
         model, inputs, names=["blocks.0.attn.hook_pattern", ATTN_OUT]
     )
-    for tables in (False, True) if linear_items(model.cfg) else (False,):
+    for tables in (False, True) if tables_apply(model.cfg) else (False,):
         with torch.no_grad():
             out, pattern, attn_out = model.query_forward(inputs, tables)
         # the same function, its products in another order: without tables the query
@@ -369,11 +371,11 @@ def test_query_forward_is_the_forward_with_its_readings(task, variant, options):
 
 def test_query_forward_rejects_what_it_cannot_compute():
     inputs = ARGMAX.sample_train_batch(2, 3, make_generator(0)).inputs
-    mlp = RetrievalTransformer(
-        retrieval_config(ARGMAX, "baseline", d_model=16, n_heads=2, item_mlp=8)
+    pre = RetrievalTransformer(
+        retrieval_config(ARGMAX, "baseline", d_model=16, n_heads=2, norm="pre")
     )
-    with pytest.raises(ValueError, match="tables need slot vectors linear"):
-        mlp.query_forward(inputs, tables=True)
+    with pytest.raises(ValueError, match="tables need slot vectors that are sums"):
+        pre.query_forward(inputs, tables=True)
     every = RetrievalTransformer(
         retrieval_config(ARGMAX, "baseline", d_model=16, queries="all")
     )

@@ -32,10 +32,10 @@ attends) has its own forward, so it gets its own parts:
   alone, and no slot projected by W_K or W_V (the query read back through W_K, the
   slots mixed by their attention before W_V; broadcast sums when compiled);
 - **token tables** (``query_forward`` with ``tables``, where the slot vectors are
-  linear in the items: no item MLP): the query's score of every vocabulary row and
-  the values those rows carry, gathered per slot, where a step's slots outnumber the
-  vocabulary's rows (argmax retrieval, 11 rows; not dictionary lookup's 1035 at
-  batch 64, which measured 2.5x slower);
+  sums of the items' rows): the query's score of every vocabulary row and the values
+  those rows carry (an item MLP's hidden units too), gathered per slot, where a
+  step's slots outnumber the vocabulary's rows (argmax retrieval, 11 rows; not
+  dictionary lookup's 1035 at batch 64, which measured 2.5x slower);
 - **own draws** (tasks with ``sample_fast_batches``: dictionary lookup): the batches
   from the same distribution with other draws (its N distinct keys by rejection
   instead of a sort of all 1024);
@@ -65,7 +65,7 @@ from torch import Tensor, nn
 from torch.nn import functional as F
 
 from .model import Attention, Block, ModelConfig, Transformer, check_tokens
-from .retrieval import NO_TOKEN, RetrievalTransformer, linear_items
+from .retrieval import NO_TOKEN, RetrievalTransformer, tables_apply
 from .tasks import (
     Batch,
     NoiseSampler,
@@ -294,7 +294,7 @@ def plan_path(
         # retrieval: 11 rows; dictionary lookup: 1035 rows, ~640 slots at batch 64)
         sizes = task.train_sizes()
         slots = cfg.batch * (sum(sizes) / len(sizes) + 1)
-        tables = linear_items(model_cfg) and model_cfg.vocab_size < slots
+        tables = tables_apply(model_cfg) and model_cfg.vocab_size < slots
     # the retrieval model's sets are padded to one shape (padded_items), unless its
     # logits scale with the number of keys a query sees, which padding would change
     padded = query_only and model_cfg.logit_scale == "none"

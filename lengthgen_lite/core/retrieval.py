@@ -378,32 +378,35 @@ class RetrievalTransformer(Transformer):
         through W_K (q . W_K x = (W_K^T q) . x), the slots are mixed by their attention
         first and W_V projects the mixture once, so a slot costs two dot products per
         head instead of two d_model x d_model products (dictionary lookup's compiled
-        step 1.6x faster). ``tables`` (needs :func:`linear_items`): a slot's vector is
+        step 1.6x faster). ``tables`` (needs :func:`tables_apply`): a slot's vector is
         p * w_priority + E[first] + E[second], so its key and value are the same sum
         of projected rows. W_K and W_V project the v vocabulary rows and w_priority
         once; the query scores those v + 1 keys, each slot adds up its two rows'
         scores (scalars, not vectors), and the attention output mixes the value rows
         by the attention each row gets. No projection per slot: at N = 1024 the
-        evaluation runs about 20x faster. ``padded``: slots without a first token
-        (NO_TOKEN; no task makes one) are padding, which no query attends to: sets of
-        several sizes padded to one shape give each set's own numbers (the compiled
-        training step, whose per-slot products are broadcast sums: inductor fuses
-        them, where batched products of [head, slots] blocks cost more). The first
-        layer's hooks up to the pattern see what they see in the plain forward
-        (hook_embed only the query slot's vector with ``tables``); ``hook_resid_pre``
-        and the keys' and values' inputs are not recorded.
+        evaluation runs about 20x faster. An item MLP's fc_in is linear too, so its
+        hidden units come from rows the same way (:meth:`_item_hidden`); its fc_out
+        is, like W_K and W_V, read back by the query and applied once to the mixed
+        hidden units: a slot costs two dot products of item_mlp per head.
+        ``padded``: slots without a first token (NO_TOKEN; no task makes one) are
+        padding, which no query attends to: sets of several sizes padded to one shape
+        give each set's own numbers (the compiled training step, whose per-slot
+        products are broadcast sums: inductor fuses them, where batched products of
+        [head, slots] blocks cost more). The first layer's hooks up to the pattern see
+        what they see in the plain forward (hook_embed and hook_item_mlp_out only the
+        query slot's vector with ``tables``); ``hook_resid_pre`` and the keys' and
+        values' inputs are not recorded.
         """
         _check_items(inputs)
         if self.cfg.queries != "last":
             raise ValueError(
                 f"query_forward needs queries='last', got {self.cfg.queries!r}"
             )
-        if tables and not linear_items(self.cfg):
+        if tables and not tables_apply(self.cfg):
             raise ValueError(
-                "tables need slot vectors linear in the items (item_mlp=0, "
-                "positional='none', no norm before attention), got "
-                f"item_mlp={self.cfg.item_mlp}, positional={self.cfg.positional!r}, "
-                f"norm={self.cfg.norm!r}"
+                "tables need slot vectors that are sums of the items' rows "
+                "(positional='none', no norm before attention), got "
+                f"positional={self.cfg.positional!r}, norm={self.cfg.norm!r}"
             )
         if self.cfg.positional == "rope":
             raise ValueError(
@@ -435,6 +438,12 @@ class RetrievalTransformer(Transformer):
         if tables:
             # [head, v + 2, d_head] each: the vocabulary's, NO_TOKEN's, w_priority's
             k_rows, v_rows = self._token_rows(attn)
+            if self.cfg.item_mlp:
+                # [head, d_head, item_mlp] each: W_K and W_V after the MLP's fc_out
+                k_hidden, v_hidden = (
+                    _per_head(W, H) @ self.item_mlp.fc_out.weight
+                    for W in (attn.W_K, attn.W_V)
+                )
             priority, first, second = inputs.unbind(dim=-1)  # [batch, T] each
             # [batch, head, T] each: rows 0..v (NO_TOKEN, -1, is row v)
             ids = [
@@ -446,6 +455,14 @@ class RetrievalTransformer(Transformer):
             scores = priority[:, None] * row_scores[..., -1:]
             for index in ids:
                 scores = scores + row_scores.gather(-1, index)
+            if self.cfg.item_mlp:
+                # the item MLP's residual: fc_out and W_K are linear, so the query
+                # reads each slot's hidden units through both at once ([batch, head,
+                # item_mlp]; fc_out's bias adds the same to every slot's score,
+                # which the softmax ignores, as W_K's bias)
+                hidden = self._item_hidden(inputs)  # [batch, T, item_mlp]
+                q_hidden = torch.einsum("bhe,hem->bhm", q[:, :, 0], k_hidden)
+                scores = scores + attn.product(q_hidden, hidden.transpose(1, 2), padded)
             scores = scores[:, :, None]  # [batch, head, 1, T]
         else:
             # q . (W_K x + b) = (W_K^T q) . x + q . b: the query read back through W_K
@@ -472,6 +489,13 @@ class RetrievalTransformer(Transformer):
             mass = torch.cat([mass, (a * priority[:, None]).sum(-1, keepdim=True)], -1)
             # [batch, head, 1, d_head]
             z = torch.einsum("bht,hte->bhe", mass, v_rows)[:, :, None]
+            if self.cfg.item_mlp:
+                # the slots' hidden units mixed first, then through fc_out and W_V
+                # once; fc_out's bias rides on the attention each slot gets
+                mixed = attn.product(a, hidden, padded)  # [batch, head, item_mlp]
+                z = z + torch.einsum("bhm,hem->bhe", mixed, v_hidden)[:, :, None]
+                out_bias = _per_head(attn.W_V, H) @ self.item_mlp.fc_out.bias
+                z = z + weights.sum(-1, keepdim=True) * out_bias.view(H, 1, dh)
         else:
             # sum_t a_t (W_V x_t + b) = W_V (sum_t a_t x_t) + b sum_t a_t: the slots
             # mixed first, then projected once ([batch, head, 1, d_head])
@@ -487,17 +511,37 @@ class RetrievalTransformer(Transformer):
             x = later(x)
         return self.read_out(x), pattern[:, :, 0], attn_out[:, 0]
 
-    def _token_rows(self, attn: Attention) -> tuple[Tensor, Tensor]:
-        """The first layer's keys and values (without W_V's bias) of every vocabulary
-        row, of NO_TOKEN (zeros) and of w_priority: [head, v + 2, d_head] each."""
+    def _item_hidden(self, inputs: Tensor) -> Tensor:
+        """The item MLP's hidden units of every slot, relu(fc_in(x)) [batch, slots,
+        item_mlp], from tables: fc_in is linear in the slot's vector, which is linear
+        in its items, so fc_in projects the v vocabulary rows and w_priority once and
+        each slot adds up its rows (no d_model x item_mlp product per slot)."""
+        fc_in = self.item_mlp.fc_in
+        # [v + 2, item_mlp]: the vocabulary's rows, NO_TOKEN's (zeros), w_priority's
+        rows = F.linear(self._item_rows(), fc_in.weight)
+        priority, first, second = inputs.unbind(dim=-1)  # [batch, slots] each
+        hidden = priority[..., None] * rows[-1] + fc_in.bias
+        for ids in (first, second):
+            # NO_TOKEN (-1) is row v
+            hidden = hidden + F.embedding(ids.long().remainder(len(rows) - 1), rows)
+        return F.relu(hidden)
+
+    def _item_rows(self) -> Tensor:
+        """What a slot's vector is a sum of: the vocabulary's embeddings, NO_TOKEN's
+        (zeros) and w_priority, [v + 2, d_model]."""
         d_model = self.embed.weight.shape[1]
-        rows = torch.cat(
+        return torch.cat(
             [
                 self.embed.weight,
                 self.embed.weight.new_zeros(1, d_model),
                 self.priority_embed.weight.T,
             ]
         )
+
+    def _token_rows(self, attn: Attention) -> tuple[Tensor, Tensor]:
+        """The first layer's keys and values (without W_V's bias) of every vocabulary
+        row, of NO_TOKEN (zeros) and of w_priority: [head, v + 2, d_head] each."""
+        rows = self._item_rows()
         return tuple(
             F.linear(rows, W.weight).view(len(rows), attn.n_heads, -1).transpose(0, 1)
             for W in (attn.W_K, attn.W_V)
@@ -526,12 +570,12 @@ def _check_items(inputs: Tensor) -> Tensor:
     return inputs
 
 
-def linear_items(cfg: ModelConfig) -> bool:
-    """Whether a slot's keys and values are linear in its priority and token
-    embeddings, so that tables of projected rows give them
-    (:meth:`RetrievalTransformer.query_forward`): no item MLP, no positions, no norm
-    before the attention."""
-    return not cfg.item_mlp and cfg.positional == "none" and not cfg.norm_sites.pre
+def tables_apply(cfg: ModelConfig) -> bool:
+    """Whether tables of projected rows give the first layer's keys and values
+    (:meth:`RetrievalTransformer.query_forward`): a slot's vector, and so the item
+    MLP's input, is a sum of its items' rows (no positions), and nothing nonlinear
+    stands between the item MLP and the attention (no norm before it)."""
+    return cfg.positional == "none" and not cfg.norm_sites.pre
 
 
 def retrieval_config(
@@ -769,7 +813,7 @@ class _Readings(nn.Module):
 
     def forward(self, inputs: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]:
         logits, pattern, attn_out = self.model.query_forward(
-            inputs, linear_items(self.model.cfg)
+            inputs, tables_apply(self.model.cfg)
         )
         block = self.model.blocks[0]
         normed = block.ln_attn_out(attn_out) if block.sites.attn_out else attn_out
@@ -789,7 +833,7 @@ def stacked_readings(
 ) -> tuple[Tensor, ...]:
     """Every model's readings of :meth:`RetrievalTransformer.query_forward` on the same
     test sets [samples, N + 1, 3], in one forward for all models (their weights
-    stacked, ``torch.func.vmap``), with token tables where :func:`linear_items`
+    stacked, ``torch.func.vmap``), with token tables where :func:`tables_apply`
     allows (a forward's slots far outnumber the vocabulary's rows): (logits,
     pattern, attention output, normed output), each [K, samples, ...]; the normed
     output is the attention output when there is no norm. The test sets run in
@@ -804,7 +848,10 @@ def stacked_readings(
         return functional_call(module, named, (x,))
 
     read = vmap(one, in_dims=(0, 0, None))
-    budget = STACKED_TABLE_SLOTS if linear_items(template.cfg) else STACKED_SLOTS
+    # an item MLP's hidden units are a vector per slot
+    cfg = template.cfg
+    tables = tables_apply(cfg) and not cfg.item_mlp
+    budget = STACKED_TABLE_SLOTS if tables else STACKED_SLOTS
     chunk = max(1, budget // (len(models) * inputs.shape[1]))
     parts = [read(params, buffers, x) for x in inputs.split(chunk)]
     return tuple(torch.cat(p, dim=1) for p in zip(*parts))
