@@ -39,7 +39,6 @@ from lengthgen_lite.core.model import init_model
 from lengthgen_lite.core.retrieval import (
     evaluate_retrieval,
     evaluate_sizes,
-    tables_apply,
 )
 from lengthgen_lite.core.task_registry import task_entry
 from lengthgen_lite.runs.spec import Config
@@ -60,11 +59,12 @@ def cost_configs() -> list[Config]:
 def plans(config: Config, compiled: bool) -> dict[str, PathPlan | None]:
     """The variants measured on ``config``: name -> the plan ``train`` is given (None:
     its own)."""
-    model_cfg = config.model_config()
     query_only = replace(REFERENCE, query_only=True)
-    out = {"reference": REFERENCE, "query_only": query_only}
-    if tables_apply(model_cfg):
-        out["tables"] = replace(query_only, token_tables=True)
+    out = {
+        "reference": REFERENCE,
+        "query_only": query_only,
+        "tables": replace(query_only, token_tables=True),
+    }
     auto = auto_plan(config)
     if compiled:
         out["compiled"] = replace(auto, compiled=True)

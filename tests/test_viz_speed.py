@@ -211,7 +211,7 @@ def test_fast_path_numbers_span_every_chapter_and_check_their_rows():
 
 
 # a retrieval section as benchmarks/retrieval.py writes it (its every key), with made-up
-# numbers; the item MLP's row has no token tables
+# numbers
 RETRIEVAL_ROWS = [
     {
         "config": "argmax_retrieval none",
@@ -232,12 +232,14 @@ RETRIEVAL_ROWS = [
     },
     {
         "config": "argmax_retrieval none item_mlp 64",
-        "auto_plan": "query_only + compiled",
+        "auto_plan": "query_only + token_tables + compiled",
         "reference_ms": 3.0,
         "query_only_ms": 2.0,
+        "tables_ms": 1.6,
         "compiled_ms": 1.2,
         "auto_ms": 1.2,
         "query_only_speedup": 1.5,
+        "tables_speedup": 1.9,
         "compiled_speedup": 2.5,
         "auto_speedup": 2.0,
         "eval_before_s": 2.0,
@@ -314,9 +316,9 @@ def test_retrieval_plot_draws_each_measured_part_and_the_target():
 
     fig = speed.plot_retrieval(RETRIEVAL_ROWS, title="retrieval")
     ax = fig.axes[0]
-    widths = sorted(p.get_width() for p in ax.patches if np.isfinite(p.get_width()))
-    # four parts for the first row, three for the item MLP's (no token tables)
-    assert widths == sorted([2.0, 1.5, 1.0, 0.6, 3.0, 2.0, 1.2])
+    widths = sorted(p.get_width() for p in ax.patches)
+    # four parts per row
+    assert widths == sorted([2.0, 1.5, 1.0, 0.6, 3.0, 2.0, 1.6, 1.2])
     assert [t.get_text() for t in ax.get_yticklabels()] == [
         r["config"] for r in RETRIEVAL_ROWS
     ]
@@ -326,7 +328,8 @@ def test_retrieval_plot_draws_each_measured_part_and_the_target():
     plt.close(fig)
     with pytest.raises(ValueError, match="retrieval rows lack \\['auto_ms'\\]"):
         speed.plot_retrieval(
-            [{"config": "x", "reference_ms": 1.0, "query_only_ms": 1}], title="t"
+            [{"config": "x", "reference_ms": 1.0, "query_only_ms": 1, "tables_ms": 1}],
+            title="t",
         )
 
 

@@ -293,13 +293,13 @@ def fast_path_numbers(
 # issue 36's target for chapter 4's retrieval training: CPU ms per seed-step, the mean
 # over the reference sweep's configurations
 RETRIEVAL_TARGET_MS = 0.8
-# what every retrieval row holds (``benchmarks/retrieval.py``); rows of models with an
-# item MLP have no token tables, hence no tables_ms
+# what every retrieval row holds (``benchmarks/retrieval.py``)
 RETRIEVAL_KEYS = (
     "config",
     "auto_plan",
     "reference_ms",
     "query_only_ms",
+    "tables_ms",
     "compiled_ms",
     "auto_ms",
     "auto_speedup",
@@ -372,20 +372,16 @@ def retrieval_numbers(section: Mapping[str, Any]) -> dict[str, Any]:
 
 def plot_retrieval(rows: Sequence[Mapping[str, Any]], *, title: str) -> Figure:
     """CPU ms per seed-step of each retrieval configuration on the reference path and
-    each part of the fast path (horizontal bars, log scale; no tables bar where the
-    items have an MLP), with issue 36's target as a dashed line."""
-    _check_rows(
-        rows,
-        ("config", *(key for key, _ in RETRIEVAL_BARS if key != "tables_ms")),
-        "retrieval",
-    )
+    each part of the fast path (horizontal bars, log scale), with issue 36's target
+    as a dashed line."""
+    _check_rows(rows, ("config", *(key for key, _ in RETRIEVAL_BARS)), "retrieval")
     fig, (ax,) = panels(1, width=8.0, height=0.45 * len(rows) + 2.0, title=title)
     y = np.arange(len(rows))
     height = 0.8 / len(RETRIEVAL_BARS)
     for i, (key, label) in enumerate(RETRIEVAL_BARS):
         ax.barh(
             y + (i - (len(RETRIEVAL_BARS) - 1) / 2) * height,
-            [r.get(key, np.nan) for r in rows],
+            [r[key] for r in rows],
             height=height,
             label=label,
         )
@@ -398,7 +394,7 @@ def plot_retrieval(rows: Sequence[Mapping[str, Any]], *, title: str) -> Figure:
     )
     ax.set_xscale("log")
     # bars start at the decade below the fastest, so their lengths compare
-    fastest = min(r[key] for r in rows for key, _ in RETRIEVAL_BARS if key in r)
+    fastest = min(r[key] for r in rows for key, _ in RETRIEVAL_BARS)
     ax.set_xlim(left=10 ** np.floor(np.log10(fastest)))
     plain_log_ticks(ax)
     ax.set_yticks(y, [r["config"] for r in rows])
