@@ -385,7 +385,7 @@ class RetrievalTransformer(Transformer):
         scores (scalars, not vectors), and the attention output mixes the value rows
         by the attention each row gets. No projection per slot: at N = 1024 the
         evaluation runs about 20x faster. An item MLP's fc_in is linear too, so its
-        hidden units come from rows the same way (:meth:`_item_hidden`); its fc_out
+        hidden units come from rows the same way (``_item_hidden``); its fc_out
         is, like W_K and W_V, read back by the query and applied once to the mixed
         hidden units: a slot costs two dot products of item_mlp per head.
         ``padded``: slots without a first token (NO_TOKEN; no task makes one) are
