@@ -56,9 +56,8 @@ def cost_configs() -> list[Config]:
     ]
 
 
-def plans(config: Config, compiled: bool) -> dict[str, PathPlan | None]:
-    """The variants measured on ``config``: name -> the plan ``train`` is given (None:
-    its own)."""
+def plans(config: Config, compiled: bool) -> dict[str, PathPlan]:
+    """The variants measured on ``config``: name -> the plan ``train`` is given."""
     query_only = replace(REFERENCE, query_only=True)
     out = {
         "reference": REFERENCE,

@@ -33,7 +33,7 @@ from lengthgen_lite.core.retrieval import (
     retrieval_config,
 )
 from lengthgen_lite.core.seeding import make_generator
-from lengthgen_lite.core.tasks import SetComplement
+from lengthgen_lite.core.tasks import DrawnBatch, SetComplement, complete_batch
 from lengthgen_lite.core.training import TrainConfig, _reference_batches, train
 
 TASK = SetComplement(v=8, train_length=3)
@@ -79,6 +79,27 @@ def assert_same_training(a, b, v):
         for ma, mb in zip(a.averaged[name], b.averaged[name]):
             for (key, p), q in zip(ma.state_dict().items(), mb.state_dict().values()):
                 torch.testing.assert_close(p, q, rtol=1e-4, atol=1e-5, msg=key)
+
+
+@pytest.fixture
+def aot_eager_steps(monkeypatch):
+    """Compiled steps traced as one graph (fullgraph), static shapes as
+    compile_graph's (a second shape would otherwise recompile with symbolic sizes,
+    which vmap rejects), and run through aot_eager: inductor's code generation, most
+    of a compilation's 20-50 s, is torch's and tested with it above. Not kept for
+    later trainings; dynamo's caches emptied before and after, so these graphs count
+    against no other test's recompile limit."""
+    monkeypatch.setattr(
+        fast_path,
+        "compile_graph",
+        lambda fn: torch.compile(
+            fn, backend="aot_eager", fullgraph=True, dynamic=False
+        ),
+    )
+    monkeypatch.setattr(fast_path, "_COMPILED", {})
+    torch._dynamo.reset()
+    yield
+    torch._dynamo.reset()
 
 
 def train_paths(model_cfg, cfg, paths, task=TASK, seeds=SEEDS, **kwargs):
@@ -209,7 +230,8 @@ def test_compiled_dropout_draws_the_eager_masks_in_one_graph_for_every_rate():
     graphs = torch._dynamo.utils.counters["stats"]["unique_graphs"]
     for model_cfg in configs:
         assert plan_path(model_cfg, TASK, replace(cfg, path="compiled"), 3).label == (
-            "chunked_data + fast_model + token_tables + masked_dropout + compiled"
+            "chunked_data + fast_model + token_tables + masked_dropout"
+            " + targets_in_graph + compiled"
         )
         runs = train_paths(model_cfg, cfg, ("reference", "compiled"))
         # other masks would move the losses by percents within a few steps
@@ -256,15 +278,31 @@ def test_dropout_sites_are_found_in_call_order():
 def test_chunked_batches_are_the_reference_batches(task, targets):
     cfg = TrainConfig(steps=2 * CHUNK + 3, warmup=0, batch=8, targets=targets)
     streams = lambda: [make_generator(s) for s in (3, 5)]  # noqa: E731
-    for step, (a, b) in enumerate(
+    for step, (a, b, drawn) in enumerate(
         zip(
             _reference_batches(task, cfg, streams()),
             chunked_batches(task, cfg, streams()),
+            # what the compiled step takes, its batch built as in its graph
+            chunked_batches(task, cfg, streams(), in_graph=True),
             strict=True,
         )
     ):
-        for name in ("inputs", "targets", "loss_mask"):
-            assert torch.equal(getattr(a, name), getattr(b, name)), (step, name)
+        assert isinstance(drawn, DrawnBatch)
+        assert (drawn.token_noise is not None) == (targets == "sampled")
+        for c in (b, complete_batch(task, drawn)):
+            for name in ("inputs", "targets", "loss_mask"):
+                assert torch.equal(getattr(a, name), getattr(c, name)), (step, name)
+
+
+@pytest.mark.parametrize(
+    "task",
+    [SetComplement(v=8, train_length=3), TicTacToe(n=3), make_language("dyck1")],
+)
+def test_a_chunk_of_noise_is_its_steps_noise_in_a_row(task):
+    # chunked_batches draws a chunk's noise in one call per seed
+    gen = make_generator(7)
+    steps = [task.draw_noise(8, 4, gen) for _ in range(5)]
+    assert torch.equal(task.draw_noise(5 * 8, 4, make_generator(7)), torch.cat(steps))
 
 
 @pytest.mark.parametrize("norm", PLACEMENTS)
@@ -324,7 +362,7 @@ def test_tables_need_a_model_without_positions():
             TASK,
             {},
             "compiled",
-            "chunked_data + fast_model + token_tables + compiled",
+            "chunked_data + fast_model + token_tables + targets_in_graph + compiled",
         ),
         (
             Transformer,
@@ -345,7 +383,7 @@ def test_tables_need_a_model_without_positions():
             TASK,
             {"positional": "rope", "logit_scale": "ssmax", "scale_length": 3},
             "compiled",
-            "chunked_data + fast_model + token_tables + compiled",
+            "chunked_data + fast_model + token_tables + targets_in_graph + compiled",
         ),
         (Transformer, PerSeedOnly(), {}, "fast", "fast_model + token_tables"),
         (
@@ -513,20 +551,8 @@ def test_padded_sets_give_each_sets_own_numbers(tables, item_mlp):
     ],
 )
 def test_the_compiled_retrieval_step_trains_what_the_reference_path_trains(
-    options, label, monkeypatch
+    options, label, aot_eager_steps
 ):
-    # traced as one graph (fullgraph), static shapes as compile_graph's (a second
-    # shape would otherwise recompile with symbolic sizes, which vmap rejects), and
-    # run through aot_eager: inductor's code generation, most of a compilation's
-    # 20-50 s, is torch's and tested above
-    monkeypatch.setattr(
-        fast_path,
-        "compile_graph",
-        lambda fn: torch.compile(
-            fn, backend="aot_eager", fullgraph=True, dynamic=False
-        ),
-    )
-    monkeypatch.setattr(fast_path, "_COMPILED", {})  # nor kept for later trainings
     task = ArgmaxRetrieval(n_classes=4, max_train_size=5)
     model_cfg = retrieval_config(
         task, "layernorm", d_model=16, n_heads=2, d_mlp=16, **options
@@ -546,6 +572,28 @@ def test_the_compiled_retrieval_step_trains_what_the_reference_path_trains(
         seeds=[0, 1],
         model_class=RetrievalTransformer,
     )
+    np.testing.assert_allclose(
+        runs["compiled"].loss, runs["reference"].loss, rtol=1e-5, atol=0
+    )
+
+
+@pytest.mark.parametrize(
+    "task, targets",
+    [
+        (make_language("anbn", train_length=6), "soft"),  # the rules in the graph
+        (TicTacToe(n=3, k=3, train_length=5), "sampled"),  # the picks in the graph
+    ],
+)
+def test_the_compiled_step_builds_chapter_sevens_targets_as_the_reference_path(
+    task, targets, aot_eager_steps
+):
+    model_cfg = ModelConfig(
+        vocab_size=task.vocab_size, d_model=16, n_outputs=task.n_outputs
+    )
+    cfg = TrainConfig(steps=12, warmup=2, batch=16, lr=1e-2, targets=targets)
+    label = plan_path(model_cfg, task, replace(cfg, path="compiled"), 2).label
+    assert "targets_in_graph" in label
+    runs = train_paths(model_cfg, cfg, ("reference", "compiled"), task=task)
     np.testing.assert_allclose(
         runs["compiled"].loss, runs["reference"].loss, rtol=1e-5, atol=0
     )

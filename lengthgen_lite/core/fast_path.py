@@ -6,9 +6,14 @@ explains the batching it builds on.
 
 - **chunked data** (:func:`chunked_batches`): the batches drawn ``CHUNK`` steps at a
   time. Each seed's generator makes exactly the draws the reference path makes, in the
-  same order (a step's noise, then its target tokens); the rest is one vectorised call
-  per chunk (tasks that are a :class:`~lengthgen_lite.core.tasks.NoiseSampler` with one
-  training size), so every seed sees the same data;
+  same order (a step's noise, then its target tokens; one call per seed and chunk for
+  target distributions); the rest is one vectorised call per chunk (tasks that are a
+  :class:`~lengthgen_lite.core.tasks.NoiseSampler` with one training size), so every
+  seed sees the same data. A compiled step builds the targets itself (**targets in
+  the graph**): it takes each step's
+  :class:`~lengthgen_lite.core.tasks.DrawnBatch` (set complement: the tokens and their
+  places in the permutation; sampled targets: the pick noise too), so the targets fuse
+  with the loss instead of being written out per chunk and read back;
 - **token tables** (:func:`fast_forward` with ``tables``): without positions a
   position's input to the first layer depends on its token alone, so its Q/K/V, and V
   through W_O, are computed once per vocabulary row and gathered;
@@ -68,10 +73,10 @@ from .model import Attention, Block, ModelConfig, Transformer, check_tokens
 from .retrieval import NO_TOKEN, RetrievalTransformer, tables_apply
 from .tasks import (
     Batch,
+    DrawnBatch,
     NoiseSampler,
     Task,
-    one_hot_targets,
-    pick_next_tokens,
+    complete_batch,
     token_noise,
 )
 
@@ -240,11 +245,14 @@ class PathPlan:
     own_draws: bool = False
     # compiled with dropout: the masks drawn eagerly and passed in (draw_masks)
     masked_dropout: bool = False
+    # compiled with chunked data: the step builds the targets (and picks sampled
+    # ones) in its graph from each step's DrawnBatch
+    targets_in_graph: bool = False
 
     @property
     def label(self) -> str:
         names = ("chunked_data", "fast_model", "query_only", "token_tables")
-        later = ("own_draws", "masked_dropout", "compiled")
+        later = ("own_draws", "masked_dropout", "targets_in_graph", "compiled")
         parts = [name for name in names + later if getattr(self, name)]
         return " + ".join(parts) if parts else "reference"
 
@@ -327,6 +335,7 @@ def plan_path(
         query_only,
         hasattr(task, "sample_fast_batches"),
         compiled and dropout,
+        compiled and chunked,
     )
 
 
@@ -346,44 +355,58 @@ def padded_items(batches: Iterator[Batch], slots: int) -> Iterator[Batch]:
 
 
 def chunked_batches(
-    task: NoiseSampler, cfg: TrainConfig, streams: Sequence[torch.Generator]
-) -> Iterator[Batch]:
+    task: NoiseSampler,
+    cfg: TrainConfig,
+    streams: Sequence[torch.Generator],
+    in_graph: bool = False,
+) -> Iterator[Batch | DrawnBatch]:
     """The same batches as the reference path's, ``CHUNK`` steps at a time: [K, batch,
-    ...] per step.
+    ...] per step; with ``in_graph``, each step's :class:`DrawnBatch`, whose targets the
+    compiled step builds (``PathPlan.targets_in_graph``).
 
-    Only the random draws run per seed and step, in the reference order (noise, then the
-    target tokens' noise); sorting, rules, targets and token picks run once per chunk
-    for all seeds, on the draws stacked step-major ([steps x K, batch, ...]), so each
-    step's batch is a view, not a copy.
+    Only the random draws run per seed, in the reference order: target distributions
+    draw a chunk's noise in one call per seed (``draw_noise`` of ``n * batch`` rows is
+    ``n`` draws in a row); sampled targets draw per step (noise, then the target
+    tokens' noise). Sorting, rules, targets and token picks run once per chunk for all
+    seeds, on the draws stacked step-major ([steps x K, batch, ...]), so each step's
+    batch is a view, not a copy.
     """
     (size,) = task.train_sizes()
     K = len(streams)
     sampled = cfg.targets == "sampled"
     for start in range(0, cfg.steps, CHUNK):
         n = min(CHUNK, cfg.steps - start)
-        # step t of seed k at t * K + k; each seed draws its steps in order
-        noise: list[Tensor] = [torch.empty(0)] * (n * K)
-        picks: list[Tensor] = [torch.empty(0)] * (n * K if sampled else 0)
-        for k, g in enumerate(streams):
-            for t in range(n):
-                noise[t * K + k] = task.draw_noise(cfg.batch, size, g)
-                if sampled:
-                    picks[t * K + k] = token_noise((cfg.batch, size, task.n_outputs), g)
-        data = task.from_noise(torch.stack(noise), size)  # [n * K, batch, ...]
-        targets = data.targets
+        picks: Tensor | None = None
         if sampled:
-            targets = one_hot_targets(
-                pick_next_tokens(targets, torch.stack(picks)), task.n_outputs
+            # step t of seed k at t * K + k; each seed draws its steps in order
+            steps: list[Tensor] = [torch.empty(0)] * (n * K)
+            tokens: list[Tensor] = [torch.empty(0)] * (n * K)
+            for k, g in enumerate(streams):
+                for t in range(n):
+                    steps[t * K + k] = task.draw_noise(cfg.batch, size, g)
+                    shape = (cfg.batch, size, task.n_outputs)
+                    tokens[t * K + k] = token_noise(shape, g)
+            noise, picks = torch.stack(steps), torch.stack(tokens)
+        else:
+            # [n, K, batch, ...] -> step-major [n * K, batch, ...]
+            noise = torch.stack(
+                [
+                    task.draw_noise(n * cfg.batch, size, g).unflatten(0, (n, -1))
+                    for g in streams
+                ],
+                dim=1,
+            ).flatten(0, 1)
+        drawn = dataclasses.replace(task.drawn_batch(noise, size), token_noise=picks)
+        chunk = drawn if in_graph else complete_batch(task, drawn)
+        views = {
+            f.name: None if t is None else t.view(n, K, *t.shape[1:])
+            for f in dataclasses.fields(chunk)
+            for t in [getattr(chunk, f.name)]
+        }
+        for t in range(n):
+            yield type(chunk)(
+                **{name: None if v is None else v[t] for name, v in views.items()}
             )
-        yield from (
-            Batch(*step)
-            for step in zip(
-                *(
-                    t.view(n, K, *t.shape[1:])
-                    for t in (data.inputs, targets, data.loss_mask)
-                )
-            )
-        )
 
 
 def _adamw_rows(cfg: TrainConfig, beta1: float, beta2: float) -> Tensor:
@@ -485,7 +508,8 @@ def compiled_step(
     optimizer: torch.optim.AdamW,
     cfg: TrainConfig,
     traced_gradients: Callable[[], Gradients],
-) -> Callable[[Batch, int], Tensor]:
+    targets_task: NoiseSampler | None = None,
+) -> Callable[[Batch | DrawnBatch, int], Tensor]:
     """The whole training step as one compiled graph: forward, backward and AdamW.
 
     ``torch.optim.AdamW.step`` under ``LambdaLR`` breaks the graph (dynamo skips it),
@@ -500,8 +524,10 @@ def compiled_step(
     makes the step's gradient function (``torch.func``, which dynamo traces) when a
     graph is new. With ``masked_dropout`` in ``forward_kwargs``, each step's dropout
     masks are drawn before it (:func:`draw_masks`) and passed in with the buffers, so
-    every dropout rate shares the graph. Updates params in place; returns the [K]
-    losses.
+    every dropout rate shares the graph. With ``targets_task`` (``targets_in_graph``),
+    each step takes a :class:`DrawnBatch` and builds its batch in the graph
+    (:func:`~lengthgen_lite.core.tasks.complete_batch`), where the targets fuse with the
+    loss. Updates params in place; returns the [K] losses.
     """
     groups = optimizer.param_groups
     (beta1, beta2), eps = groups[0]["betas"], groups[0]["eps"]
@@ -521,6 +547,8 @@ def compiled_step(
     )
     key = (graph_cfg, type(template), tuple(forward_kwargs.items()), K, decays)
     key += (cfg.batch, size, cfg.precision, beta1, beta2, eps)
+    # the task's targets (and whether they are sampled) are in the graph
+    key += (targets_task, targets_task is not None and cfg.targets)
     if key not in _COMPILED:
         gradients = traced_gradients()
 
@@ -529,9 +557,11 @@ def compiled_step(
             buffers: StackedParams,
             exp_avg: StackedParams,
             exp_avg_sq: StackedParams,
-            data: Batch,
+            data: Batch | DrawnBatch,
             row: Tensor,
         ) -> Tensor:
+            if isinstance(data, DrawnBatch):
+                data = complete_batch(targets_task, data)
             grads, (_, loss) = gradients(params, buffers, data)
             decay, step_size, bias_correction2_sqrt = row[0], row[1], row[2]
             for (name, p), decays_p in zip(params.items(), decays):

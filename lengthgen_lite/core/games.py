@@ -25,7 +25,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from .tasks import Batch, NoiseSampler
+from .tasks import DrawnBatch, NoiseSampler
 from .validation import require_int
 
 EMPTY, FIRST, SECOND = -1, 0, 1  # board cell contents; FIRST and SECOND are the players
@@ -100,14 +100,15 @@ class TicTacToe(NoiseSampler):
         # [batch, moves, n^2]
         return torch.rand(batch, size, self.cells, generator=generator)
 
-    def from_noise(self, noise: Tensor, size: int) -> Batch:
-        """Random games: the random draws per seed, the rules once for all seeds."""
+    def drawn_batch(self, noise: Tensor, size: int) -> DrawnBatch:
+        """Random games: the random draws per seed, the rules once for all seeds (the
+        targets too: they come out of the play)."""
         K, batch = noise.shape[:2]
         inputs, targets, mask = self.play(noise.reshape(-1, size, self.cells))
-        return Batch(
+        return DrawnBatch(
             inputs.view(K, batch, size),
-            targets.view(K, batch, size, -1),
             mask.view(K, batch, size),
+            targets.view(K, batch, size, -1),
         )
 
     def play(self, noise: Tensor) -> tuple[Tensor, Tensor, Tensor]:

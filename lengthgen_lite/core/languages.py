@@ -37,7 +37,7 @@ from typing import ClassVar
 import torch
 from torch import Tensor
 
-from .tasks import Batch, NoiseSampler
+from .tasks import DrawnBatch, NoiseSampler
 from .validation import require_int
 
 
@@ -81,24 +81,20 @@ class Language(NoiseSampler):
     def draw_noise(self, batch: int, size: int, generator: torch.Generator) -> Tensor:
         return torch.rand(batch, size, generator=generator)  # [batch, size]
 
-    def from_noise(self, noise: Tensor, size: int) -> Batch:
+    def drawn_batch(self, noise: Tensor, size: int) -> DrawnBatch:
         """Random words: noise per seed, the rules once for all seeds."""
         K, batch = noise.shape[:2]
         tokens, mask = self._walk(noise.reshape(-1, size))
-        targets = self.targets(tokens, mask)
-        return Batch(
-            tokens.view(K, batch, size),
-            targets.view(K, batch, size, -1),
-            mask.view(K, batch, size),
-        )
+        return DrawnBatch(tokens.view(K, batch, size), mask.view(K, batch, size))
 
-    def targets(self, tokens: Tensor, mask: Tensor) -> Tensor:
-        """Uniform over the legal next outputs at every prefix: [batch, pos, n_outputs]
+    def batch_targets(self, drawn: DrawnBatch) -> Tensor:
+        """Uniform over the legal next outputs at every prefix: [..., pos, n_outputs]
         (rows sum to 1).
 
         Masked positions get a one-hot ``EOS`` so that every row is a distribution.
         """
-        legal = self._legal(tokens) & mask[..., None]
+        mask = drawn.loss_mask
+        legal = self._legal(drawn.inputs) & mask[..., None]
         legal[..., self.eos] |= ~mask
         legal = legal.float()
         return legal / legal.sum(-1, keepdim=True)

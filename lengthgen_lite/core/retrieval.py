@@ -447,7 +447,7 @@ class RetrievalTransformer(Transformer):
             priority, first, second = inputs.unbind(dim=-1)  # [batch, T] each
             # [batch, head, T] each: rows 0..v (NO_TOKEN, -1, is row v)
             ids = [
-                t.long().remainder(len(self.embed.weight) + 1)[:, None].expand(B, H, T)
+                _row_ids(t, len(self.embed.weight))[:, None].expand(B, H, T)
                 for t in (first, second)
             ]
             # [batch, head, v + 2]: the query's score of each row
@@ -522,8 +522,7 @@ class RetrievalTransformer(Transformer):
         priority, first, second = inputs.unbind(dim=-1)  # [batch, slots] each
         hidden = priority[..., None] * rows[-1] + fc_in.bias
         for ids in (first, second):
-            # NO_TOKEN (-1) is row v
-            hidden = hidden + F.embedding(ids.long().remainder(len(rows) - 1), rows)
+            hidden = hidden + F.embedding(_row_ids(ids, len(self.embed.weight)), rows)
         return F.relu(hidden)
 
     def _item_rows(self) -> Tensor:
@@ -546,6 +545,12 @@ class RetrievalTransformer(Transformer):
             F.linear(rows, W.weight).view(len(rows), attn.n_heads, -1).transpose(0, 1)
             for W in (attn.W_K, attn.W_V)
         )
+
+
+def _row_ids(ids: Tensor, v: int) -> Tensor:
+    """Item token ids as rows of a token table [v + 2, ...]: the vocabulary's ``v``
+    rows, then NO_TOKEN's (-1 is row v), then w_priority's."""
+    return ids.long().remainder(v + 1)
 
 
 def _per_head(W: nn.Linear, n_heads: int) -> Tensor:

@@ -32,6 +32,25 @@ class Batch:
     loss_mask: Tensor  # [batch, pos] bool: which positions count in the loss
 
 
+@dataclass(frozen=True)
+class DrawnBatch:
+    """A batch before its targets: the draws made, the targets not yet computed.
+
+    The compiled training step takes this and builds the targets inside its graph
+    (:func:`complete_batch`), where they fuse with the loss instead of being written
+    out and read back (``PathPlan.targets_in_graph``).
+    """
+
+    inputs: Tensor  # [..., pos] as Batch.inputs
+    loss_mask: Tensor  # [..., pos] as Batch.loss_mask
+    # what the task's batch_targets reads besides inputs and mask (set complement:
+    # each token's place in its permutation; by default the targets themselves)
+    target_state: Tensor | None = None
+    # sampled targets: the Exp(1) noise that picks each position's target token
+    # (token_noise), [..., pos, n_outputs]; None for target distributions
+    token_noise: Tensor | None = None
+
+
 class Task(Protocol):
     """What the training loop needs from a task."""
 
@@ -141,6 +160,17 @@ def one_hot_targets(tokens: Tensor, n_outputs: int) -> Tensor:
     return torch.nn.functional.one_hot(tokens, n_outputs).float()
 
 
+def complete_batch(task: NoiseSampler, drawn: DrawnBatch) -> Batch:
+    """The batch a :class:`DrawnBatch` stands for: the task's targets, or with
+    ``token_noise`` the one-hot targets of the tokens it picks from them."""
+    targets = task.batch_targets(drawn)
+    if drawn.token_noise is not None:
+        targets = one_hot_targets(
+            pick_next_tokens(targets, drawn.token_noise), task.n_outputs
+        )
+    return Batch(drawn.inputs, targets, drawn.loss_mask)
+
+
 class PerSeedSampler:
     """Shared base of the samplers: the random draws are made per seed (generator),
     everything else runs once for all ``K`` seeds, on a leading [K] axis.
@@ -194,7 +224,8 @@ class PerSeedSampler:
 class NoiseSampler(PerSeedSampler):
     """A sampler whose one random draw per seed is a noise tensor with the batch as its
     leading axis (``draw_noise``); everything else is a function of that noise
-    (``from_noise``).
+    (``from_noise``): the draws (``drawn_batch``), then the targets
+    (``batch_targets``, which a compiled step runs inside its graph).
 
     So a training loop can draw many steps' noise first, from each seed's generator in
     the order the steps would, and turn it all into batches in one vectorised call (the
@@ -203,13 +234,26 @@ class NoiseSampler(PerSeedSampler):
     """
 
     def draw_noise(self, batch: int, size: int, generator: torch.Generator) -> Tensor:
-        """One seed's random draw for a batch: [batch, ...]."""
+        """One seed's random draw for a batch: [batch, ...], one ``torch.rand`` with
+        the batch leading, so a draw of ``n * batch`` is ``n`` draws of ``batch`` in
+        a row (the fast path draws a chunk of steps at once; tested per task)."""
         raise NotImplementedError
 
     def from_noise(self, noise: Tensor, size: int) -> Batch:
         """Batches from stacked noise [K, batch, ...]: inputs, targets and mask on the
         same [K, batch] axes."""
+        return complete_batch(self, self.drawn_batch(noise, size))
+
+    def drawn_batch(self, noise: Tensor, size: int) -> DrawnBatch:
+        """``from_noise`` up to its targets, which :meth:`batch_targets` computes."""
         raise NotImplementedError
+
+    def batch_targets(self, drawn: DrawnBatch) -> Tensor:
+        """The targets of a :meth:`drawn_batch` (traceable: the compiled step runs it
+        inside its graph). By default the draw computed them (``target_state``)."""
+        if drawn.target_state is None:
+            raise ValueError(f"{type(self).__name__}'s drawn batches carry no targets")
+        return drawn.target_state
 
     def _draw(
         self, batch: int, size: int, generators: Sequence[torch.Generator]
@@ -249,17 +293,24 @@ class SetComplement(NoiseSampler):
     def draw_noise(self, batch: int, size: int, generator: torch.Generator) -> Tensor:
         return torch.rand(batch, self.v, generator=generator)  # [batch, v]
 
-    def from_noise(self, noise: Tensor, size: int) -> Batch:
+    def drawn_batch(self, noise: Tensor, size: int) -> DrawnBatch:
+        """The tokens, and each token's place in its row's permutation (the state)."""
         # [K, batch, v]: a random permutation per row, as in sample_sequences
         order = noise.argsort(dim=-1)
         tokens = order[..., :size]  # [K, batch, pos]
-        # target_distribution without its one-hot cumsum (a third of a fast training
-        # step): token i is unseen after position t iff its place in the permutation is
-        # beyond t. Equal bit for bit.
         place = torch.empty_like(order).scatter_(
             -1, order, torch.arange(self.v).expand_as(order)
         )
-        # [K, batch, pos, v]
-        unseen = (place.unsqueeze(-2) > torch.arange(size).unsqueeze(-1)).float()
-        targets = unseen / (self.v - 1 - torch.arange(size)).float().unsqueeze(-1)
-        return Batch(tokens, targets, torch.ones(tokens.shape, dtype=torch.bool))
+        return DrawnBatch(tokens, torch.ones(tokens.shape, dtype=torch.bool), place)
+
+    def batch_targets(self, drawn: DrawnBatch) -> Tensor:
+        if drawn.target_state is None:
+            raise ValueError("set complement's targets need the tokens' places")
+        """target_distribution without its one-hot cumsum (a third of a fast training
+        step): token i is unseen after position t iff its place in the permutation is
+        beyond t. Equal bit for bit. [..., pos, v]"""
+        size = drawn.inputs.shape[-1]
+        unseen = (
+            drawn.target_state.unsqueeze(-2) > torch.arange(size).unsqueeze(-1)
+        ).float()
+        return unseen / (self.v - 1 - torch.arange(size)).float().unsqueeze(-1)

@@ -379,6 +379,7 @@ def train(
             optimizer,
             cfg,
             lambda: _gradients(template, forward_kwargs, True, cfg.precision),
+            task if plan.targets_in_graph else None,
         )
     else:
         gradients = _gradients(template, forward_kwargs, False, cfg.precision)
@@ -393,7 +394,7 @@ def train(
             return loss
 
     batches = (
-        chunked_batches(task, cfg, data_streams)
+        chunked_batches(task, cfg, data_streams, plan.targets_in_graph)
         if plan.chunked_data
         else _reference_batches(task, cfg, data_streams, plan.own_draws)
     )
