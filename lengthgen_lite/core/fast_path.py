@@ -361,8 +361,9 @@ def chunked_batches(
     in_graph: bool = False,
 ) -> Iterator[Batch | DrawnBatch]:
     """The same batches as the reference path's, ``CHUNK`` steps at a time: [K, batch,
-    ...] per step; with ``in_graph``, each step's :class:`DrawnBatch`, whose targets the
-    compiled step builds (``PathPlan.targets_in_graph``).
+    ...] per step; with ``in_graph``, each step's
+    :class:`~lengthgen_lite.core.tasks.DrawnBatch`, whose targets the compiled step
+    builds (``PathPlan.targets_in_graph``).
 
     Only the random draws run per seed, in the reference order: target distributions
     draw a chunk's noise in one call per seed (``draw_noise`` of ``n * batch`` rows is
@@ -525,9 +526,9 @@ def compiled_step(
     graph is new. With ``masked_dropout`` in ``forward_kwargs``, each step's dropout
     masks are drawn before it (:func:`draw_masks`) and passed in with the buffers, so
     every dropout rate shares the graph. With ``targets_task`` (``targets_in_graph``),
-    each step takes a :class:`DrawnBatch` and builds its batch in the graph
-    (:func:`~lengthgen_lite.core.tasks.complete_batch`), where the targets fuse with the
-    loss. Updates params in place; returns the [K] losses.
+    each step takes a :class:`~lengthgen_lite.core.tasks.DrawnBatch` and builds its
+    batch in the graph (:func:`~lengthgen_lite.core.tasks.complete_batch`), where the
+    targets fuse with the loss. Updates params in place; returns the [K] losses.
     """
     groups = optimizer.param_groups
     (beta1, beta2), eps = groups[0]["betas"], groups[0]["eps"]
