@@ -13,7 +13,9 @@ norm, component; the init and learning rate change no cost), CPU ms per seed-ste
   ``--compiled``);
 - ``auto``: what ``train`` now picks for the reference sweep
   (``core.fast_path.plan_path``); for dictionary lookup this adds its own draws
-  (``DictionaryLookup.sample_fast_batches``).
+  (``DictionaryLookup.sample_fast_batches``);
+- ``layout_off``: ``auto`` with each linear weight in its usual memory order, not
+  its gradient's (``core.fast_path.in_gradient_layout``): what ``auto`` was before.
 
 The variants run interleaved and repeated in one process: ms are medians over repeats,
 speed-ups medians of each repeat's ratio. Then the evaluation of one scoring (ten
@@ -68,6 +70,7 @@ def plans(config: Config, compiled: bool) -> dict[str, PathPlan]:
     if compiled:
         out["compiled"] = replace(auto, compiled=True)
     out["auto"] = auto
+    out["layout_off"] = replace(auto, gradient_layout=False)
     return out
 
 

@@ -10,6 +10,7 @@ from dataclasses import replace
 import numpy as np
 import pytest
 import torch
+from torch.func import stack_module_state
 
 from lengthgen_lite.core import fast_path, training
 from lengthgen_lite.core.averaging import make_ema
@@ -19,6 +20,7 @@ from lengthgen_lite.core.fast_path import (
     chunked_batches,
     dropout_sites,
     fast_forward,
+    in_gradient_layout,
     padded_items,
     plan_path,
 )
@@ -537,17 +539,45 @@ def test_padded_sets_give_each_sets_own_numbers(tables, item_mlp):
 @pytest.mark.filterwarnings(
     "ignore:`torch.jit.script_method` is deprecated:DeprecationWarning"
 )
+def test_the_gradient_layout_stores_each_weight_as_its_gradient_comes():
+    # the compiled retrieval step's AdamW reads a weight, its gradient and moments
+    # together: in one memory order only if the weight is stored as the gradient comes
+    task = ArgmaxRetrieval(n_classes=4, max_train_size=5)
+    model_cfg = retrieval_config(task, "layernorm", d_model=16, n_heads=2, d_mlp=8)
+    cfg = TrainConfig(steps=4, warmup=0, batch=8, path="compiled")
+    plan = plan_path(model_cfg, task, cfg, 2, RetrievalTransformer)
+    assert plan.gradient_layout
+    models = [init_model(model_cfg, seed, RetrievalTransformer) for seed in (0, 1)]
+    params, buffers = stack_module_state(models)
+    laid = in_gradient_layout(models[0], params)
+    data = next(_reference_batches(task, cfg, [make_generator(1), make_generator(3)]))
+    gradients = training._gradients(models[0], plan.forward_kwargs, traced=True)
+    grads, _ = gradients(params, buffers, next(padded_items(iter([data]), 6)))
+    linear = [name for name in params if name.endswith("W_K.weight")]
+    linear += ["blocks.0.mlp.fc_in.weight", "unembed.weight"]
+    for name, p in params.items():
+        assert torch.equal(laid[name], p)
+        if name in linear:  # x @ W.T: the gradient in-major, and now the weight too
+            assert not grads[name].is_contiguous()
+            assert laid[name].stride() == grads[name].stride() != p.stride()
+        elif name == "embed.weight":  # a gathered table: as it was
+            assert laid[name] is p
+
+
 @pytest.mark.filterwarnings(
     "ignore:The .grad attribute of a Tensor that is not a leaf Tensor:UserWarning"
 )
 @pytest.mark.parametrize(
     "options, label",
     [
-        ({}, "query_only + token_tables + compiled"),
+        ({}, "query_only + token_tables + gradient_layout + compiled"),
         # the item MLP's hidden units through tables, W_K's and W_V's biases
-        ({"item_mlp": 8, "attn_bias": True}, "query_only + token_tables + compiled"),
+        (
+            {"item_mlp": 8, "attn_bias": True},
+            "query_only + token_tables + gradient_layout + compiled",
+        ),
         # the slots' products as broadcast sums (no tables: a norm before attention)
-        ({"item_mlp": 8, "norm": "pre"}, "query_only + compiled"),
+        ({"item_mlp": 8, "norm": "pre"}, "query_only + gradient_layout + compiled"),
     ],
 )
 def test_the_compiled_retrieval_step_trains_what_the_reference_path_trains(

@@ -45,11 +45,16 @@ attends) has its own forward, so it gets its own parts:
   from the same distribution with other draws (its N distinct keys by rejection
   instead of a sort of all 1024);
 - **compiled**: the sets of every size padded to the largest (:func:`padded_items`,
-  masked), so one graph; ``auto`` compiles from ``COMPILE_RETRIEVAL_SEED_STEPS``.
+  masked), so one graph; ``auto`` compiles from ``COMPILE_RETRIEVAL_SEED_STEPS``;
+- **gradient layout** (:func:`in_gradient_layout`, compiled only): each linear
+  layer's weight stored in the memory order its gradient comes out of the graph in,
+  so AdamW's fused update reads every tensor in order.
 
 Every part gives the reference path's numbers up to float rounding, and the same data
 and dropout masks (``tests/test_core_fast_path.py``), except own draws: other data
-from the same distribution (``tests/test_core_retrieval.py``). The retrieval training
+from the same distribution (``tests/test_core_retrieval.py``). The gradient layout
+changes no value, only which products the matrix library is handed, and so their
+rounding. The retrieval training
 amplifies rounding (a 1e-7 change of the initial weights grows to percents over
 thousands of steps), so its fast path is tested on outcome statistics: final losses
 and accuracies within the spread that such a perturbation of the reference path
@@ -248,11 +253,15 @@ class PathPlan:
     # compiled with chunked data: the step builds the targets (and picks sampled
     # ones) in its graph from each step's DrawnBatch
     targets_in_graph: bool = False
+    # compiled retrieval model: linear weights stored as their gradients come out
+    # (in_gradient_layout)
+    gradient_layout: bool = False
 
     @property
     def label(self) -> str:
         names = ("chunked_data", "fast_model", "query_only", "token_tables")
-        later = ("own_draws", "masked_dropout", "targets_in_graph", "compiled")
+        later = ("own_draws", "masked_dropout", "targets_in_graph", "gradient_layout")
+        later += ("compiled",)
         parts = [name for name in names + later if getattr(self, name)]
         return " + ".join(parts) if parts else "reference"
 
@@ -336,7 +345,34 @@ def plan_path(
         hasattr(task, "sample_fast_batches"),
         compiled and dropout,
         compiled and chunked,
+        # set complement's compiled steps measured no gain from it (issue 36)
+        compiled and query_only,
     )
+
+
+def in_gradient_layout(template: nn.Module, params: StackedParams) -> StackedParams:
+    """``params`` with each linear layer's stacked weight [K, out, in] stored in-major
+    (a [K, in, out] tensor's memory, transposed back: the same shape and values).
+
+    ``x @ W.T`` gives W the gradient ``(x.T @ dy).T``: in-major. AdamW's update in the
+    compiled step combines every weight with its gradient and two moments
+    (``zeros_like``: the weight's layout), and with one of them transposed it reads in
+    16 x 16 tiles: in chapter 4's argmax retrieval step (ten seeds) that update took
+    1.8 ms of the step's 10, and 0.45 ms on the same tensors in one order (profiled
+    for issue 36; ``benchmarks/retrieval.py`` times the step both ways). The products
+    then get their weight the other way round, which rounds differently: other
+    numbers, as a chaotic training's are (``tests/test_core_fast_path.py``, outcome
+    statistics).
+    """
+    linear = {
+        f"{name}.weight"
+        for name, module in template.named_modules()
+        if isinstance(module, nn.Linear)
+    }
+    return {
+        name: p.detach().mT.contiguous().mT if name in linear and p.dim() == 3 else p
+        for name, p in params.items()
+    }
 
 
 def padded_items(batches: Iterator[Batch], slots: int) -> Iterator[Batch]:

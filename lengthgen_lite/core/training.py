@@ -44,6 +44,7 @@ from .fast_path import (
     FastForward,
     chunked_batches,
     compiled_step,
+    in_gradient_layout,
     padded_items,
     plan_path,
 )
@@ -356,6 +357,8 @@ def train(
     plan = plan_path(model_cfg, task, cfg, len(seeds), model_class)
 
     params, buffers = stack_module_state(models)  # name -> [K, *shape]
+    if plan.gradient_layout:
+        params = in_gradient_layout(models[0], params)
     if plan.compiled:
         # updated in place inside the compiled step, which takes gradients by torch.func
         for p in params.values():
