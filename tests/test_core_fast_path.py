@@ -564,6 +564,23 @@ def test_the_gradient_layout_stores_each_weight_as_its_gradient_comes():
             assert laid[name] is p
 
 
+def test_each_parameter_layout_gets_its_own_compiled_step(aot_eager_steps, monkeypatch):
+    # the same model with and without the gradient layout: two graphs, not one graph
+    # recompiled in place (which counts toward dynamo's recompile limit)
+    task = ArgmaxRetrieval(n_classes=4, max_train_size=5)
+    model_cfg = retrieval_config(task, "layernorm", d_model=16, n_heads=2, d_mlp=8)
+    cfg = TrainConfig(steps=2, warmup=0, batch=8, path="compiled")
+    plan = plan_path(model_cfg, task, cfg, 2, RetrievalTransformer)
+    for layout in (True, False):
+        monkeypatch.setattr(
+            training,
+            "plan_path",
+            lambda *_, on=layout: replace(plan, gradient_layout=on),
+        )
+        train(model_cfg, task, cfg, [0, 1], model_class=RetrievalTransformer)
+    assert len(fast_path._COMPILED) == 2
+
+
 @pytest.mark.filterwarnings(
     "ignore:The .grad attribute of a Tensor that is not a leaf Tensor:UserWarning"
 )

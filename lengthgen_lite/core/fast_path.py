@@ -584,8 +584,11 @@ def compiled_step(
     )
     key = (graph_cfg, type(template), tuple(forward_kwargs.items()), K, decays)
     key += (cfg.batch, size, cfg.precision, beta1, beta2, eps)
-    # the task's targets (and whether they are sampled) are in the graph
+    # the task's targets (and whether they are sampled) are in the graph, and so is
+    # the parameters' memory layout (in_gradient_layout): another layout under the same
+    # key would recompile the graph in place, toward dynamo's recompile limit
     key += (targets_task, targets_task is not None and cfg.targets)
+    key += (tuple(p.stride() for p in params.values()),)
     if key not in _COMPILED:
         gradients = traced_gradients()
 
