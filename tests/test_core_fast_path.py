@@ -536,9 +536,6 @@ def test_padded_sets_give_each_sets_own_numbers(tables, item_mlp):
     assert (out[1][..., 3:-1] == 0).all()  # no attention to padding
 
 
-@pytest.mark.filterwarnings(
-    "ignore:`torch.jit.script_method` is deprecated:DeprecationWarning"
-)
 def test_the_gradient_layout_stores_each_weight_as_its_gradient_comes():
     # the compiled retrieval step's AdamW reads a weight, its gradient and moments
     # together: in one memory order only if the weight is stored as the gradient comes
@@ -581,6 +578,9 @@ def test_each_parameter_layout_gets_its_own_compiled_step(aot_eager_steps, monke
     assert len(fast_path._COMPILED) == 2
 
 
+@pytest.mark.filterwarnings(
+    "ignore:`torch.jit.script_method` is deprecated:DeprecationWarning"
+)
 @pytest.mark.filterwarnings(
     "ignore:The .grad attribute of a Tensor that is not a leaf Tensor:UserWarning"
 )

@@ -54,11 +54,10 @@ Every part gives the reference path's numbers up to float rounding, and the same
 and dropout masks (``tests/test_core_fast_path.py``), except own draws: other data
 from the same distribution (``tests/test_core_retrieval.py``). The gradient layout
 changes no value, only which products the matrix library is handed, and so their
-rounding. The retrieval training
-amplifies rounding (a 1e-7 change of the initial weights grows to percents over
-thousands of steps), so its fast path is tested on outcome statistics: final losses
-and accuracies within the spread that such a perturbation of the reference path
-produces, measured in the test.
+rounding. The retrieval training amplifies rounding (a 1e-7 change of the initial
+weights grows to percents over thousands of steps), so its fast path is tested on
+outcome statistics: final losses and accuracies within the spread that such a
+perturbation of the reference path produces, measured in the test.
 """
 
 from __future__ import annotations
