@@ -187,6 +187,13 @@ def test_compiled_path_trains_what_the_reference_path_trains():
     runs = train_paths(model_cfg, second, ("reference", "compiled"))
     assert_same_training(runs["reference"], runs["compiled"], TASK.v)
     assert torch._dynamo.utils.counters["stats"]["unique_graphs"] == graphs
+    # ... and target distributions train in the sampled kind's graph (the kind is
+    # data), as their own reference path trains them
+    runs = train_paths(
+        model_cfg, replace(second, targets="soft"), ("reference", "compiled")
+    )
+    assert_same_training(runs["reference"], runs["compiled"], TASK.v)
+    assert torch._dynamo.utils.counters["stats"]["unique_graphs"] == graphs
 
 
 @pytest.mark.filterwarnings(

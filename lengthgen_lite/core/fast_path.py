@@ -13,7 +13,9 @@ explains the batching it builds on.
   the graph**): it takes each step's
   :class:`~lengthgen_lite.core.tasks.DrawnBatch` (set complement: the tokens and their
   places in the permutation; sampled targets: the pick noise too), so the targets fuse
-  with the loss instead of being written out per chunk and read back;
+  with the loss instead of being written out per chunk and read back. Their kind is
+  data, not structure: target distributions come with ones for noise and a flag
+  discards the pick, so a model's soft and sampled trainings share one graph;
 - **token tables** (:func:`fast_forward` with ``tables``): without positions a
   position's input to the first layer depends on its token alone, so its Q/K/V, and V
   through W_O, are computed once per vocabulary row and gathered;
@@ -63,6 +65,7 @@ perturbation of the reference path produces, measured in the test.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import os
 import pathlib
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -583,10 +586,11 @@ def compiled_step(
     )
     key = (graph_cfg, type(template), tuple(forward_kwargs.items()), K, decays)
     key += (cfg.batch, size, cfg.precision, beta1, beta2, eps)
-    # the task's targets (and whether they are sampled) are in the graph, and so is
-    # the parameters' memory layout (in_gradient_layout): another layout under the same
-    # key would recompile the graph in place, toward dynamo's recompile limit
-    key += (targets_task, targets_task is not None and cfg.targets)
+    # the task's targets are in the graph (their kind is data: soft and sampled share
+    # it), and so is the parameters' memory layout (in_gradient_layout): another layout
+    # under the same key would recompile the graph in place, toward dynamo's recompile
+    # limit
+    key += (targets_task,)
     key += (tuple(p.stride() for p in params.values()),)
     if key not in _COMPILED:
         gradients = traced_gradients()
@@ -598,9 +602,10 @@ def compiled_step(
             exp_avg_sq: StackedParams,
             data: Batch | DrawnBatch,
             row: Tensor,
+            sampled: Tensor,
         ) -> Tensor:
             if isinstance(data, DrawnBatch):
-                data = complete_batch(targets_task, data)
+                data = complete_batch(targets_task, data, sampled)
             grads, (_, loss) = gradients(params, buffers, data)
             decay, step_size, bias_correction2_sqrt = row[0], row[1], row[2]
             for (name, p), decays_p in zip(params.items(), decays):
@@ -624,11 +629,41 @@ def compiled_step(
     exp_avg = {name: torch.zeros_like(p) for name, p in params.items()}
     exp_avg_sq = {name: torch.zeros_like(p) for name, p in params.items()}
     rows = _adamw_rows(cfg, beta1, beta2).unbind(0)
+    sampled = torch.tensor(cfg.targets == "sampled")
+    feed = _fed_targets(targets_task, cfg)
     if not forward_kwargs.get("masked_dropout"):
         return lambda data, t: compiled(
-            params, buffers, exp_avg, exp_avg_sq, data, rows[t]
+            params, buffers, exp_avg, exp_avg_sq, feed(data), rows[t], sampled
         )
     sites = dropout_sites(template, cfg.batch, size)
     return lambda data, t: compiled(
-        params, buffers | draw_masks(sites, K), exp_avg, exp_avg_sq, data, rows[t]
+        params,
+        buffers | draw_masks(sites, K),
+        exp_avg,
+        exp_avg_sq,
+        feed(data),
+        rows[t],
+        sampled,
+    )
+
+
+def _fed_targets(
+    targets_task: NoiseSampler | None, cfg: TrainConfig
+) -> Callable[[Batch | DrawnBatch], Batch | DrawnBatch]:
+    """What the compiled step is fed per step: a batch as drawn, except that target
+    distributions (no token noise) get ones as their noise, so that they take the
+    sampled kind's graph, whose pick the ``sampled`` flag then discards
+    (:func:`~lengthgen_lite.core.tasks.complete_batch`): a chapter's soft and sampled
+    trainings of one model compile once (seconds from a warm inductor cache, 10 s
+    and more from a cold one)."""
+    if targets_task is None or cfg.targets == "sampled":
+        return lambda data: data
+    n_outputs = targets_task.n_outputs
+
+    @functools.cache
+    def ones(shape: tuple[int, ...]) -> Tensor:
+        return torch.ones(shape)
+
+    return lambda data: dataclasses.replace(
+        data, token_noise=ones((*data.loss_mask.shape, n_outputs))
     )

@@ -160,14 +160,22 @@ def one_hot_targets(tokens: Tensor, n_outputs: int) -> Tensor:
     return torch.nn.functional.one_hot(tokens, n_outputs).float()
 
 
-def complete_batch(task: NoiseSampler, drawn: DrawnBatch) -> Batch:
+def complete_batch(
+    task: NoiseSampler, drawn: DrawnBatch, sampled: Tensor | None = None
+) -> Batch:
     """The batch a :class:`DrawnBatch` stands for: the task's targets, or with
-    ``token_noise`` the one-hot targets of the tokens it picks from them."""
+    ``token_noise`` the one-hot targets of the tokens it picks from them.
+
+    ``sampled`` (a bool tensor, with ``token_noise``): the picked targets where it is
+    true, the task's own where it is false (the noise then only needs to be positive).
+    The compiled step takes the target kind so, as data: one graph for both kinds.
+    """
     targets = task.batch_targets(drawn)
     if drawn.token_noise is not None:
-        targets = one_hot_targets(
+        picked = one_hot_targets(
             pick_next_tokens(targets, drawn.token_noise), task.n_outputs
         )
+        targets = picked if sampled is None else torch.where(sampled, picked, targets)
     return Batch(drawn.inputs, targets, drawn.loss_mask)
 
 
