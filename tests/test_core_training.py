@@ -8,7 +8,7 @@ import torch
 from lengthgen_lite.chapters import ch1_set_complement as ch1
 from lengthgen_lite.core import training
 from lengthgen_lite.core.evaluation import evaluate_set_complement
-from lengthgen_lite.core.model import ModelConfig, init_model
+from lengthgen_lite.core.model import ModelConfig, Transformer, init_model
 from lengthgen_lite.core.seeding import make_generator
 from lengthgen_lite.core.tasks import (
     Batch,
@@ -97,8 +97,6 @@ def test_averagers_see_every_step_and_do_not_change_training():
 def test_weight_decay_rule_matrices_only():
     from torch.func import stack_module_state
 
-    from lengthgen_lite.core.model import Transformer
-
     template = Transformer(ModelConfig(vocab_size=8, d_model=16, norm="post", d_mlp=8))
     params, _ = stack_module_state([template])
     decay, no_decay = _param_groups(template, params, 0.1)
@@ -111,6 +109,27 @@ def test_weight_decay_rule_matrices_only():
         len(no_decay["params"]) == sum(d < 2 for d in shapes.values())
         and no_decay["weight_decay"] == 0.0
     )
+
+
+class TiedTransformer(Transformer):
+    """Read-out tied to the embedding (as GPT-2's): one parameter under two names."""
+
+    def __init__(self, cfg: ModelConfig):
+        super().__init__(cfg)
+        self.unembed.weight = self.embed.weight
+
+
+@pytest.mark.parametrize("path", ["reference", "fast", "compiled"])
+def test_a_model_sharing_a_parameter_between_names_is_refused(path):
+    # before any step (it used to fail only after training, unstacking the weights)
+    with pytest.raises(ValueError, match=r"\[\['embed.weight', 'unembed.weight'\]\]"):
+        train(
+            MODEL,
+            TASK,
+            replace(SHORT, path=path),
+            seeds=[0],
+            model_class=TiedTransformer,
+        )
 
 
 def test_lr_schedule():

@@ -307,6 +307,22 @@ def _gradients(
     return gradients
 
 
+def _check_untied(model: nn.Module) -> None:
+    """Seeds are stacked and trained by parameter name (``stack_module_state``,
+    ``functional_call``), which keeps one name of a parameter shared under two (tied
+    embeddings, as GPT-2 has): the other is missing when the weights are unstacked."""
+    names: dict[int, list[str]] = {}
+    for name, p in model.named_parameters(remove_duplicate=False):
+        names.setdefault(id(p), []).append(name)
+    tied = [group for group in names.values() if len(group) > 1]
+    if tied:
+        raise ValueError(
+            f"{type(model).__name__} shares parameters under several names: {tied}; "
+            "allowed: a model whose every parameter has one name (untie them, e.g. "
+            "a read-out of its own)"
+        )
+
+
 def train(
     model_cfg: ModelConfig,
     task: Task,
@@ -349,6 +365,7 @@ def train(
             f"seeds must be a non-empty list of distinct ints, got {seeds!r}"
         )
     models = [init_model(model_cfg, seed, model_class) for seed in seeds]
+    _check_untied(models[0])
     # the global streams of the dropout masks, as drawing the last seed's weights in
     # them would leave them (see the docstring)
     seed_everything(2 * seeds[-1])
