@@ -39,6 +39,7 @@ from __future__ import annotations
 import argparse
 import json
 import pathlib
+import re
 import sys
 import time
 from collections.abc import Sequence
@@ -170,16 +171,27 @@ def read_spec(path: str) -> Spec:
 
 
 def parse_indices(text: str) -> list[int]:
-    """``"36-47,24"``: configurations 36..47, then 24, in that order."""
+    """``"36-47,24"``: configurations 36..47, then 24, in that order. A range runs low
+    to high, and no configuration is named twice (either would run other
+    configurations than the ones meant, or none)."""
+    allowed = "allowed: indices and ranges low-high like 36-47,24, each index once"
     indices: list[int] = []
-    try:
-        for part in text.split(","):
-            first, _, last = part.partition("-")
-            indices.extend(range(int(first), int(last or first) + 1))
-    except ValueError:
+    for part in text.split(","):
+        match = re.fullmatch(r"([0-9]+)(?:-([0-9]+))?", part)
+        if match is None:
+            raise ValueError(f"--configs={text!r} is invalid; {allowed}")
+        low, high = int(match[1]), int(match[2] or match[1])
+        if high < low:
+            raise ValueError(
+                f"--configs={text!r} is invalid: the range {part} is empty; {allowed}"
+            )
+        indices.extend(range(low, high + 1))
+    repeated = sorted({i for i in indices if indices.count(i) > 1})
+    if repeated:
         raise ValueError(
-            f"--configs={text!r} is invalid; allowed: indices and ranges like 36-47,24"
-        ) from None
+            f"--configs={text!r} is invalid: configurations {repeated} are named "
+            f"more than once; {allowed}"
+        )
     return indices
 
 

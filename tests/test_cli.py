@@ -252,6 +252,17 @@ BAD_ARGS = [
     (["--configs", "0"], ["--configs is invalid with --tier live"]),
     (["--tier", "reference", "--configs", "1-x"], ["--configs='1-x' is invalid"]),
     (
+        ["--tier", "reference", "--configs", "3-1"],
+        ["--configs='3-1' is invalid: the range 3-1 is empty"],
+    ),
+    (["--tier", "reference", "--configs", "2-"], ["--configs='2-' is invalid"]),
+    (["--tier", "reference", "--configs", "-2"], ["--configs='-2' is invalid"]),
+    (["--tier", "reference", "--configs", "1,"], ["--configs='1,' is invalid"]),
+    (
+        ["--tier", "reference", "--configs", "0-2,1"],
+        ["--configs='0-2,1' is invalid: configurations [1] are named more than once"],
+    ),
+    (
         ["--tier", "reference", "--configs", "1,9"],
         ["--configs='1,9' is invalid: configurations [9] do not exist"],
     ),

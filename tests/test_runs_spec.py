@@ -121,6 +121,14 @@ def test_chapter_one_baseline_is_the_config_default_setup():
             {"averagers": {"ema": {"beta": 2}}},
             "averagers.ema=.* beta must be in \\(0, 1\\)",
         ),
+        (
+            {"averagers": {"ema": {"kind": "nope"}}},
+            "averagers.ema=.* unknown options \\['kind'\\]; allowed: \\['beta'\\]",
+        ),
+        (
+            {"averagers": {"bema": {"kappa": 1.0, "alpha": 1}}},
+            "averagers.bema=.* unknown BEMA hyperparameters \\['alpha'\\]; allowed:",
+        ),
         ({"scales": (2.0,)}, "including 1.0"),
         ({"tier": "huge"}, "unknown tier 'huge'; allowed: 'live', 'reference'"),
         ({"name": ""}, "name='' is invalid"),

@@ -24,6 +24,7 @@ axes (the init scale, the learning rate, a component a reviewer would add): the 
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import itertools
 import json
 from collections.abc import Mapping, Sequence
@@ -448,8 +449,18 @@ class Spec:
     def averager_factories(self) -> dict[str, AveragerFactory]:
         out = {}
         for name, options in self.averagers.items():
+            factory = AVERAGERS[averager_kind(name)]
+            # named before the call: a fixed signature's TypeError names no options
+            known = inspect.signature(factory).parameters
+            open_ended = any(p.kind is p.VAR_KEYWORD for p in known.values())
+            unknown = [] if open_ended else sorted(set(options) - set(known))
+            if unknown:
+                raise ValueError(
+                    f"averagers.{name}={options!r} is invalid: unknown options "
+                    f"{unknown}; allowed: {list(known)}"
+                )
             try:
-                out[name] = AVERAGERS[averager_kind(name)](**options)
+                out[name] = factory(**options)
             except (TypeError, ValueError) as err:
                 raise ValueError(
                     f"averagers.{name}={options!r} is invalid: {err}"
