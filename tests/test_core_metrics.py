@@ -68,6 +68,16 @@ def test_shape_mismatch_raises():
         metrics.total_variation(torch.zeros(3), torch.zeros(4))
 
 
+@pytest.mark.parametrize("metric", ["invalid_mass", "logit_gap", "top1_legal"])
+def test_a_seen_mask_that_is_not_bool_raises(metric):
+    """A float mask would weight the probabilities (invalid_mass gave a number) or fail
+    deep in torch: refused, naming the dtype."""
+    values = torch.softmax(torch.randn(2, 4), dim=-1)
+    seen = torch.tensor([[1.0, 0.0, 0.0, 0.0], [0.0, 1.0, 1.0, 0.0]])
+    with pytest.raises(ValueError, match="seen must be a bool mask.*torch.float32"):
+        getattr(metrics, metric)(values, seen)
+
+
 def test_top1_legal_counts_only_the_argmax():
     logits = torch.tensor([[3.0, 0.0, 1.0, 2.0], [0.0, 5.0, 1.0, 2.0]])
     seen = torch.tensor([[False, True, True, False], [False, True, True, False]])

@@ -20,6 +20,16 @@ def _check_same_shape(a: Tensor, b: Tensor, names: str) -> None:
         )
 
 
+def _check_seen(values: Tensor, seen: Tensor, names: str) -> None:
+    """``seen`` is a bool mask of ``values``' shape: a float mask would weight the
+    tokens instead of choosing them."""
+    _check_same_shape(values, seen, names)
+    if seen.dtype != torch.bool:
+        raise ValueError(
+            f"seen must be a bool mask (True: a token already seen), got {seen.dtype}"
+        )
+
+
 def total_variation(probs: Tensor, targets: Tensor) -> Tensor:
     """``TV(p, p*) = 1/2 sum_i |p_i - p*_i|``, in [0, 1]: [..., v] -> [...]."""
     _check_same_shape(probs, targets, "probs and targets")
@@ -29,7 +39,7 @@ def total_variation(probs: Tensor, targets: Tensor) -> Tensor:
 def invalid_mass(probs: Tensor, seen: Tensor) -> Tensor:
     """Probability put on tokens already seen (illegal next tokens): [..., v] ->
     [...]."""
-    _check_same_shape(probs, seen, "probs and seen")
+    _check_seen(probs, seen, "probs and seen")
     return (probs * seen).sum(dim=-1)
 
 
@@ -61,7 +71,7 @@ def logit_extremes(logits: Tensor, seen: Tensor) -> tuple[Tensor, Tensor]:
     Multiplying the logits by c > 0 multiplies both by c exactly (rounding is
     monotone), so an evaluation at many logit scales finds them once.
     """
-    _check_same_shape(logits, seen, "logits and seen")
+    _check_seen(logits, seen, "logits and seen")
     smallest_legal = logits.masked_fill(seen, float("inf")).amin(dim=-1)
     largest_illegal = logits.masked_fill(~seen, float("-inf")).amax(dim=-1)
     return smallest_legal, largest_illegal
@@ -102,5 +112,5 @@ def top1_legal(logits: Tensor, seen: Tensor) -> Tensor:
     while the distribution drifts far from p*, which is why the book reports TV, invalid
     mass and KL instead.
     """
-    _check_same_shape(logits, seen, "logits and seen")
+    _check_seen(logits, seen, "logits and seen")
     return (~seen.gather(-1, logits.argmax(dim=-1, keepdim=True)).squeeze(-1)).float()
